@@ -1,0 +1,72 @@
+"Start, stop and failure paths of DDPCluster, counted in processes"
+import os, signal, time
+import psutil, pytest
+from ddp_nb import DDPCluster
+from ddp_nb.cluster import cluster_procs
+from conftest import ours
+
+
+def test_stop_leaves_no_process(no_leftovers):
+    cl = DDPCluster(n=2).start()
+    procs = cluster_procs(cl.cluster_id)
+    # controller (+ its schedulers), 2 engines, 2 nannies
+    assert len(procs) >= 5, [p.cmdline() for p in procs]
+    engine_pids = [r.pid for r in cl.ranks]
+    assert all(psutil.pid_exists(p) for p in engine_pids)
+    cl.stop()
+    assert cluster_procs(cl.cluster_id) == []
+    assert not any(psutil.pid_exists(p) for p in engine_pids)
+    cl.stop()  # a second stop is a no-op
+
+
+def test_with_block_that_raises_leaves_no_process(no_leftovers):
+    with pytest.raises(ZeroDivisionError):
+        with DDPCluster(n=2) as cl:
+            cid = cl.cluster_id
+            assert len(cluster_procs(cid)) >= 5
+            1 / 0
+    assert cluster_procs(cid) == []
+    with pytest.raises(RuntimeError, match='was stopped'):
+        cl.view
+
+
+def test_cell_error_on_one_rank_names_it(no_leftovers):
+    import ipyparallel as ipp
+    with DDPCluster(n=2) as cl:
+        with pytest.raises(ipp.error.CompositeError) as e:
+            cl.view.execute("if rank == 1: raise ValueError('bad batch on rank 1')")
+        assert 'bad batch on rank 1' in str(e.value)
+        # the ranks and their group are still usable afterwards
+        assert cl.view['dist.get_world_size()'] == [2, 2]
+
+
+def test_stopped_rank_is_named_within_timeout(no_leftovers):
+    with DDPCluster(n=2, timeout=3) as cl:
+        pid1 = cl.ranks[1].pid
+        os.kill(pid1, signal.SIGSTOP)
+        try:
+            t0 = time.monotonic()
+            with pytest.raises(RuntimeError, match=r'rank\(s\) \[1\] did not answer'):
+                cl.reform()
+            assert time.monotonic() - t0 < 15
+        finally:
+            os.kill(pid1, signal.SIGCONT)
+
+
+def test_two_clusters_side_by_side_do_not_collide(no_leftovers):
+    with DDPCluster(n=1) as a, DDPCluster(n=1) as b:
+        assert a.cluster_id != b.cluster_id
+        assert a.master_port != b.master_port
+        assert a.view['rank'] == [0] and b.view['rank'] == [0]
+        assert {p.pid for p in cluster_procs(a.cluster_id)}.isdisjoint(p.pid for p in cluster_procs(b.cluster_id))
+
+
+def test_store_and_gloo_listen_on_loopback_only(no_leftovers):
+    with DDPCluster(n=2) as cl:
+        for r in cl.ranks:
+            for c in psutil.Process(r.pid).net_connections(kind='inet'):
+                if c.status == psutil.CONN_LISTEN and c.laddr.port in (cl.master_port,):
+                    assert c.laddr.ip in ('127.0.0.1', '::ffff:127.0.0.1'), c
+        listeners = [c for r in cl.ranks for c in psutil.Process(r.pid).net_connections(kind='inet')
+                     if c.laddr.port == cl.master_port and c.status == psutil.CONN_LISTEN]
+        assert listeners, "rank 0's store is not listening on the port the cluster reports"

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# The test command (`make test`): sync checks, every notebook, then tests/. Each phase is timed and time-limited.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export IPYTHONDIR="$(mktemp -d -t ddp_nb-ipython-XXXXXX)"   # private: our clusters are found (and cleaned) by it
+export IPP_NONINTERACTIVE=1                                  # %%px errors raise under nbdev_test instead of AlreadyDisplayed
+export PYTHONUNBUFFERED=1
+cleanup() { ddp_nb cleanup --all --ipython-dir "$IPYTHONDIR"; rm -rf "$IPYTHONDIR"; }
+trap cleanup EXIT
+failed=0
+phase() {  # phase NAME TIMEOUT_S CMD...
+  local name=$1 limit=$2; shift 2
+  local t0=$SECONDS
+  echo "=== $name"
+  timeout --kill-after=30 "$limit" "$@"; local rc=$?
+  echo "=== $name: $([ $rc = 0 ] && echo ok || echo "FAILED (exit $rc)") in $((SECONDS - t0))s"
+  [ $rc = 0 ] || failed=1
+  return $rc
+}
+in_sync() {  # nbdev_export / nbdev_clean / README must leave the tree as committed
+  nbdev_export && nbdev_clean && python tools/make_readme.py || return 1
+  if git rev-parse --git-dir >/dev/null 2>&1; then
+    local dirty; dirty=$(git status --porcelain -- ddp_nb nbs README.md)
+    [ -z "$dirty" ] || { echo "Not in sync with nbs/ (run nbdev_export, nbdev_clean, python tools/make_readme.py and commit):"; echo "$dirty"; git diff --stat; return 1; }
+  else echo "(not a git checkout: sync not checked)"; fi
+}
+phase "nbdev_export, nbdev_clean and README change nothing" 300 bash -c "$(declare -f in_sync); in_sync"
+phase "nbdev_test (all notebooks, one at a time)" 1500 nbdev_test --n_workers 1 --timing
+phase "pytest tests/" 1800 python -m pytest tests -v -p no:cacheprovider --timeout 300 -ra
+left=$(python -c "from ddp_nb.cluster import cluster_procs; print(len(cluster_procs()))")
+echo "ddp_nb cluster processes still running after the tests: $left"
+exit $failed
