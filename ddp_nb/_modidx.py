@@ -81,4 +81,6 @@ d = { 'settings': { 'branch': 'main',
                                'ddp_nb.engine.open_store': ('engine.html#open_store', 'ddp_nb/engine.py'),
                                'ddp_nb.engine.rank_info': ('engine.html#rank_info', 'ddp_nb/engine.py'),
                                'ddp_nb.engine.setup_rank': ('engine.html#setup_rank', 'ddp_nb/engine.py'),
-                               'ddp_nb.engine.teardown': ('engine.html#teardown', 'ddp_nb/engine.py')}}}
+                               'ddp_nb.engine.teardown': ('engine.html#teardown', 'ddp_nb/engine.py')},
+            'ddp_nb.engine_main': { 'ddp_nb.engine_main._warm_import': ('engine_main.html#_warm_import', 'ddp_nb/engine_main.py'),
+                                    'ddp_nb.engine_main.main': ('engine_main.html#main', 'ddp_nb/engine_main.py')}}}

@@ -13,6 +13,8 @@ def test_stop_leaves_no_process(no_leftovers):
     assert len(procs) >= 5, [p.cmdline() for p in procs]
     engine_pids = [r.pid for r in cl.ranks]
     assert all(psutil.pid_exists(p) for p in engine_pids)
+    # local engines start warm: torch is imported while they register (ddp_nb.engine_main)
+    assert all('ddp_nb.engine_main' in ' '.join(psutil.Process(p).cmdline()) for p in engine_pids)
     cl.stop()
     assert cluster_procs(cl.cluster_id) == []
     assert not any(psutil.pid_exists(p) for p in engine_pids)
