@@ -27,6 +27,7 @@ in_sync() {  # nbdev_export / nbdev_clean / README must leave the tree as commit
 phase "nbdev_export, nbdev_clean and README change nothing" 300 bash -c "$(declare -f in_sync); in_sync"
 phase "nbdev_test (all notebooks, one at a time)" 1500 nbdev_test --n_workers 1 --timing
 phase "pytest tests/" 1800 python -m pytest tests -v -p no:cacheprovider --timeout 300 -ra
+[ -f build/browser/dashboard.png ] && echo "browser test screenshot of the live dashboard: $PWD/build/browser/dashboard.png"
 left=$(python -c "from ddp_nb.cluster import cluster_procs; print(len(cluster_procs()))")
 echo "ddp_nb cluster processes still running after the tests: $left"
 exit $failed
