@@ -59,14 +59,14 @@ def main(argv=None):
             sides = ['off', 'on', 'dash']
             for r in range(a.rounds):
                 for side in sides[r % 3:] + sides[:r % 3]:
-                    d = cl.dashboard(mode='widget', every=0.2) if side == 'dash' else None
+                    d = cl.dashboard(mode='widget') if side == 'dash' else None  # default redraw rate
                     t[side].append(steps / max(cl.run(_train, width, steps, side)))
                     if d is not None: time.sleep(0.3); lat += list(d.latencies); d.close()
             med = {k: statistics.median(v) for k, v in t.items()}
             rows.append((target, width, ms, steps, med, lat))
             print(f"~{target} ms steps (width {width}, {ms:.1f} ms): {med}", flush=True)
     lines = [f"Machine: {machine()}  ",
-             f"2 gloo ranks, {a.rounds} rotating rounds, medians of steps/s. Command: `python -m benchmarks.monitor --rounds {a.rounds}`", '',
+             f"2 gloo ranks, {a.rounds} rotating rounds, medians of steps/s. Command: `python -m benchmarks.monitor --rounds {a.rounds} --seconds {a.seconds:g}`", '',
              '| step time | steps/s, no report | report every step | ratio (goal ≥ 0.98) | + dashboard drawing | ratio (goal ≥ 0.95) | report → widget latency, median / max (goal ≤ 0.5 s) |',
              '|---|---|---|---|---|---|---|']
     for target, width, ms, steps, med, lat in rows:
