@@ -30,6 +30,7 @@ def test_with_block_that_raises_leaves_no_process(no_leftovers):
     assert cluster_procs(cid) == []
     with pytest.raises(RuntimeError, match='was stopped'):
         cl.view
+    assert cl.history.records() == []   # the history outlives the cluster (empty: nothing was reported)
 
 
 def test_cell_error_on_one_rank_names_it(no_leftovers):
@@ -53,6 +54,15 @@ def test_stopped_rank_is_named_within_timeout(no_leftovers):
             assert time.monotonic() - t0 < 15
         finally:
             os.kill(pid1, signal.SIGCONT)
+
+
+def test_stop_does_not_hang_on_a_stopped_engine(no_leftovers):
+    cl = DDPCluster(n=2).start()
+    os.kill(cl.ranks[1].pid, signal.SIGSTOP)   # registered, beating (C heartbeat thread is stopped too), never answers
+    t0 = time.monotonic()
+    cl.stop()
+    assert time.monotonic() - t0 < 15
+    assert cluster_procs(cl.cluster_id) == []
 
 
 def test_two_clusters_side_by_side_do_not_collide(no_leftovers):

@@ -1,0 +1,81 @@
+"""Warm cells in a real Jupyter kernel: a trivial DDP cell (one all_reduce) from execute request to idle, on a live
+ddp_nb cluster vs raw ipyparallel %%px (bare cluster + hand-written init) vs nbdistributed (if it is installed).
+
+    python -m benchmarks.cells [--cells 30]"""
+import argparse, os, time
+from benchmarks.common import med, table, ROOT
+
+CELL = "t = torch.ones(1); dist.all_reduce(t)"
+SIDES = {
+    'ddp_nb `%%px`': dict(
+        setup=["from ddp_nb import DDPCluster\ncl = DDPCluster(n=2).start()"],
+        cell="%%px\n" + CELL, teardown="cl.stop()"),
+    'raw ipyparallel `%%px`': dict(
+        setup=["import ipyparallel as ipp, logging, socket\n"
+               "c = ipp.Cluster(n=2, delay=0, log_level=logging.ERROR, controller_args=['--HeartMonitor.period=200', '--HeartMonitor.max_heartmonitor_misses=50'])\n"
+               "rc = c.start_and_connect_sync(); v = rc[:]; v.block = True; v.activate()\n"
+               "s = socket.socket(); s.bind(('127.0.0.1', 0)); port = s.getsockname()[1]; s.close()\n"
+               "from benchmarks.startup import _hand_init\n"
+               "[a.get(120) for a in [rc[i].apply_async(_hand_init, r, 2, port) for r, i in enumerate(sorted(rc.ids))]]\n"
+               "v.execute('import torch, torch.distributed as dist')"],
+        cell="%%px\n" + CELL, teardown="rc.shutdown(hub=True, block=True); c.stop_cluster_sync()"),
+    'nbdistributed `%%distributed`': dict(
+        setup=["%load_ext nbdistributed", "%dist_init -n 2", "%%distributed\nimport torch, torch.distributed as dist"],
+        cell="%%distributed\n" + CELL, teardown="%dist_shutdown", needs='nbdistributed'),
+}
+
+
+def _exec(kc, code: str, timeout: float = 300) -> float:
+    "Seconds from execute request to the kernel's idle status for it; raises on an error in the cell"
+    t0 = time.perf_counter()
+    mid = kc.execute(code)
+    err = None
+    while True:
+        m = kc.get_iopub_msg(timeout=timeout)
+        if m['parent_header'].get('msg_id') != mid: continue
+        if m['msg_type'] == 'error': err = f"{m['content']['ename']}: {m['content']['evalue']}"
+        if m['msg_type'] == 'status' and m['content']['execution_state'] == 'idle': break
+    dt = time.perf_counter() - t0
+    if err: raise RuntimeError(err)
+    return dt
+
+
+def run(cells: int = 30, rounds: int = 3) -> str:
+    "The warm-cell section, as markdown"
+    import importlib.util
+    from jupyter_client.manager import start_new_kernel
+    kernels, times, notes = {}, {k: [] for k in SIDES}, {}
+    for name, s in SIDES.items():
+        if s.get('needs') and importlib.util.find_spec(s['needs']) is None:
+            notes[name] = f"not installed (`pip install {s['needs']}`)"; continue
+        km, kc = start_new_kernel(kernel_name='python3', cwd=str(ROOT), env={**os.environ, 'IPP_NONINTERACTIVE': '1'})
+        kernels[name] = (km, kc)
+        try:
+            for code in s['setup']: _exec(kc, code)
+            _exec(kc, s['cell'])
+        except Exception as e:
+            notes[name] = f"failed: {str(e)[:120]}"
+    try:
+        for r in range(rounds):
+            for name in [n for n in SIDES if n in kernels and n not in notes]:
+                for _ in range(max(1, cells // rounds)): times[name].append(_exec(kernels[name][1], SIDES[name]['cell']))
+    finally:
+        for name, (km, kc) in kernels.items():
+            try: _exec(kc, SIDES[name]['teardown'], timeout=60)
+            except Exception: pass
+            kc.stop_channels(); km.shutdown_kernel(now=False)
+    raw = med(times['raw ipyparallel `%%px`'])
+    rows = []
+    for name in SIDES:
+        if name in notes: rows.append([name, notes[name], '', '']); continue
+        m = med(times[name])
+        goal = ' (goal ≤ 1.2)' if name.startswith('ddp_nb') else ''
+        rows.append([name, f"{m * 1e3:.1f} ms", f"{m / raw:.2f}{goal}", len(times[name])])
+    return ("### 2. Warm cell: one all_reduce, timed in a real kernel from execute request to idle\n\n"
+            f"Three kernels, each with its own 2-rank cluster; {rounds} alternating rounds, medians.\n\n"
+            + table(['side', 'median', 'ratio to raw `%%px`', 'cells'], rows))
+
+
+if __name__ == '__main__':
+    ap = argparse.ArgumentParser(); ap.add_argument('--cells', type=int, default=30); a = ap.parse_args()
+    print(run(a.cells))

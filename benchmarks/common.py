@@ -1,0 +1,30 @@
+"Shared helpers of the benchmarks: machine description, medians, markdown tables"
+import os, platform, statistics, sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+
+
+def machine() -> str:
+    "One line describing this machine"
+    import torch, ipyparallel
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'none'
+    return (f"{platform.node()}: {os.cpu_count()} cores, {platform.system()} {platform.machine()}, Python {platform.python_version()}, "
+            f"torch {torch.__version__}, ipyparallel {ipyparallel.__version__}, GPU: {gpu}")
+
+
+def med(xs) -> float:
+    "Median, or nan for no data"
+    return statistics.median(xs) if xs else float('nan')
+
+
+def table(head: list, rows: list) -> str:
+    "A markdown table"
+    out = ['| ' + ' | '.join(head) + ' |', '|' + '---|' * len(head)]
+    return '\n'.join(out + ['| ' + ' | '.join(str(c) for c in r) + ' |' for r in rows])
+
+
+def torchrun_cmd(nproc: int, module: str, *args) -> list:
+    "torchrun (as `python -m torch.distributed.run`) running `python -m module args` in each worker"
+    return [sys.executable, '-m', 'torch.distributed.run', '--standalone', f'--nproc_per_node={nproc}', '-m', module, *map(str, args)]
