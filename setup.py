@@ -22,6 +22,7 @@ requirements = shlex.split(cfg.get('requirements', ''))
 min_python = cfg['min_python']
 lic = licenses.get(cfg['license'].lower(), (cfg['license'], None))
 dev_requirements = shlex.split(cfg.get('dev_requirements') or '')
+bench_requirements = shlex.split(cfg.get('bench_requirements') or '')  # peers the benchmarks compare with, never the package's
 
 setuptools.setup(
     name = cfg['lib_name'],
@@ -36,7 +37,7 @@ setuptools.setup(
     packages = setuptools.find_packages(include=['ddp_nb', 'ddp_nb.*']),
     include_package_data = True,
     install_requires = requirements,
-    extras_require={ 'dev': dev_requirements },
+    extras_require={ 'dev': dev_requirements, 'bench': bench_requirements },
     python_requires  = '>=' + cfg['min_python'],
     long_description = open('README.md', encoding="utf8").read(),
     long_description_content_type = 'text/markdown',

@@ -1,10 +1,10 @@
 """Start-up and warm-cell benchmark: ddp_nb vs a bare ipyparallel cluster with a hand-written process group.
 
-    python -m benchmarks.startup [--rounds 5] [--n 2] [--out benchmarks/results.md]
+    python -m benchmarks.startup [--rounds 5] [--n 2]
 
 Both sides use the same controller settings and run alternately in the same run; medians and ratios are reported
 (only ratios carry across machines and runs). "Ready" means the process group is formed and checked by an all-reduce."""
-import argparse, logging, os, platform, socket, statistics, sys, tempfile, time
+import argparse, logging, os, socket, subprocess, sys, tempfile, time
 from pathlib import Path
 
 os.environ.setdefault('IPP_NONINTERACTIVE', '1')
@@ -12,6 +12,7 @@ os.environ.setdefault('IPYTHONDIR', tempfile.mkdtemp(prefix='ddp_nb-bench-ipytho
 import ipyparallel as ipp
 from IPython.core.interactiveshell import InteractiveShell
 from ddp_nb import DDPCluster
+from benchmarks.common import med, table, torchrun_cmd, ROOT
 
 
 def _hand_init(rank, world_size, port):
@@ -53,11 +54,47 @@ def cell_times(run, k):
     return out
 
 
-def machine():
-    "One line describing this machine"
-    import torch, ipyparallel
-    return (f"{platform.node()}: {os.cpu_count()} cores, {platform.system()} {platform.machine()}, Python {platform.python_version()}, "
-            f"torch {torch.__version__}, ipyparallel {ipyparallel.__version__}, GPUs: {torch.cuda.device_count()}")
+def torchrun_trivial(n):
+    "Seconds for a trivial torchrun job: launch, form the group, one all_reduce, exit"
+    t0 = time.perf_counter()
+    subprocess.run(torchrun_cmd(n, 'benchmarks.workload', 'trivial'), check=True, cwd=ROOT, capture_output=True, timeout=300,
+                   env={**os.environ, 'OMP_NUM_THREADS': '1'})
+    return time.perf_counter() - t0
+
+
+def run(rounds=5, n=2, cells=30):
+    "The start-up section (and the in-process warm cell), as markdown"
+    ip = InteractiveShell.instance()
+    S = {k: [] for k in ('ddp', 'bare', 'torchrun', 'ddp_cell', 'bare_cell')}
+    sides = ['ddp', 'bare', 'torchrun']
+    for r in range(rounds):
+        for side in sides[r % 3:] + sides[:r % 3]:
+            if side == 'ddp':
+                t, cl = ddp_start(n)
+                S['ddp_cell'] += cell_times(lambda: ip.run_cell_magic('px', '', 't = torch.ones(1); dist.all_reduce(t)'), cells)
+                cl.stop()
+            elif side == 'bare':
+                t, c, rc = bare_start(n)
+                v = rc[:]; v.block = True; v.activate()
+                v.execute('import torch, torch.distributed as dist')
+                S['bare_cell'] += cell_times(lambda: ip.run_cell_magic('px', '', 't = torch.ones(1); dist.all_reduce(t)'), cells)
+                rc.shutdown(hub=True, block=True); c.stop_cluster_sync(); rc.close()
+            else: t = torchrun_trivial(n)
+            S[side].append(t)
+            print(f"round {r+1}/{rounds} {side}: ready in {t:.2f}s", flush=True)
+    m = {k: med(v) for k, v in S.items()}
+    rows = [['`DDPCluster(n=2).start()`', f"{m['ddp']:.2f} s", '1.00', ''],
+            ['bare `ipp.Cluster(n=2)` (same controller settings) + hand-written `init_process_group`', f"{m['bare']:.2f} s",
+             f"{m['ddp'] / m['bare']:.2f}", 'ddp_nb ≤ 1.0' + (' ✓' if m['ddp'] <= m['bare'] else ' (missed)')],
+            ['trivial `torchrun --standalone` job (launch, group, all_reduce, exit)', f"{m['torchrun']:.2f} s",
+             f"{m['ddp'] / m['torchrun']:.2f}", 'stretch: ddp_nb ≤ 1.0' + (' ✓' if m['ddp'] <= m['torchrun'] else ' (missed)')]]
+    cell = [['ddp_nb `%%px`', f"{m['ddp_cell'] * 1e3:.1f} ms", f"{m['ddp_cell'] / m['bare_cell']:.2f}", '≤ 1.2'],
+            ['raw ipyparallel `%%px`', f"{m['bare_cell'] * 1e3:.1f} ms", '1.00', '']]
+    return (f"### 4. Start-up: until the process group is formed and checked ({n} ranks)\n\n"
+            f"{rounds} rotating rounds, medians.\n\n"
+            + table(['side', 'median', 'ddp_nb / side', 'goal'], rows)
+            + f"\n\nThe same clusters' warm all-reduce `%%px` cell, run in-process by IPython ({cells} cells a round):\n\n"
+            + table(['side', 'median', 'ratio', 'goal'], cell))
 
 
 def main(argv=None):
@@ -65,37 +102,8 @@ def main(argv=None):
     ap.add_argument('--rounds', type=int, default=5)
     ap.add_argument('--n', type=int, default=2)
     ap.add_argument('--cells', type=int, default=30, help='warm cell runs per round')
-    ap.add_argument('--out', default=str(Path(__file__).parent / 'results.md'))
     a = ap.parse_args(argv)
-    ip = InteractiveShell.instance()
-    S = {k: [] for k in ('ddp', 'bare', 'ddp_cell', 'bare_cell')}
-    for r in range(a.rounds):
-        for side in (('ddp', 'bare') if r % 2 == 0 else ('bare', 'ddp')):
-            if side == 'ddp':
-                t, cl = ddp_start(a.n)
-                S['ddp'].append(t)
-                S['ddp_cell'] += cell_times(lambda: ip.run_cell_magic('px', '', 't = torch.ones(1); dist.all_reduce(t)'), a.cells)
-                cl.stop()
-            else:
-                t, c, rc = bare_start(a.n)
-                S['bare'].append(t)
-                v = rc[:]; v.block = True; v.activate()
-                v.execute('import torch, torch.distributed as dist')
-                S['bare_cell'] += cell_times(lambda: ip.run_cell_magic('px', '', 't = torch.ones(1); dist.all_reduce(t)'), a.cells)
-                rc.shutdown(hub=True, block=True); c.stop_cluster_sync(); rc.close()
-            print(f"round {r+1}/{a.rounds} {side}: ready in {t:.2f}s", flush=True)
-    med = {k: statistics.median(v) for k, v in S.items()}
-    rows = [('start to process-group ready', f"{med['ddp']:.2f} s", f"{med['bare']:.2f} s", med['ddp'] / med['bare'], '≤ 1.0'),
-            ('warm `%%px` all-reduce cell', f"{med['ddp_cell']*1e3:.1f} ms", f"{med['bare_cell']*1e3:.1f} ms", med['ddp_cell'] / med['bare_cell'], '≤ 1.2')]
-    lines = [f"Machine: {machine()}  ",
-             f"World size {a.n} (gloo), {a.rounds} alternating rounds, {a.cells} cells per round, medians. "
-             f"Command: `python -m benchmarks.startup --rounds {a.rounds} --n {a.n}`", '',
-             '| measure | ddp_nb | bare ipyparallel + hand-written init | ratio | goal |', '|---|---|---|---|---|']
-    lines += [f"| {m} | {x} | {y} | {q:.2f} | {g} |" for m, x, y, q, g in rows]
-    text = '\n'.join(lines) + '\n'
-    Path(a.out).write_text(text)
-    print(text)
-    return med
+    print(run(a.rounds, a.n, a.cells))
 
 
 if __name__ == '__main__':

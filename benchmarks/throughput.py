@@ -5,7 +5,7 @@ import argparse, json, os, subprocess, tempfile
 from benchmarks.common import med, table, torchrun_cmd, ROOT
 from benchmarks.workload import mlp_steps
 
-WIDTHS = (64, 128, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096, 6144)
+WIDTHS = (64, 128, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 3584, 4096, 6144)
 
 
 def calibrate(cl, target_ms: float) -> tuple:

@@ -4,8 +4,9 @@ As a torchrun worker: python -m benchmarks.workload {mlp|trivial|iterate} [optio
 import argparse, hashlib, json, os, time
 
 
-def mlp_steps(width: int, steps: int, seed: int = 0, warmup: int = 3) -> dict:
+def mlp_steps(width: int, steps: int, seed: int = 0, warmup: int = 3, report_every_step: bool = False) -> dict:
     "Time `steps` DDP steps of a 3-layer MLP on fixed random data in the current process group; steps/s and digest"
+    from ddp_nb.report import report
     import torch, torch.nn as nn, torch.nn.functional as F, torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
     torch.manual_seed(seed)
@@ -14,11 +15,13 @@ def mlp_steps(width: int, steps: int, seed: int = 0, warmup: int = 3) -> dict:
     g = torch.Generator().manual_seed(seed + dist.get_rank())
     x, y = torch.randn(64, width, generator=g), torch.randint(0, 10, (64,), generator=g)
     def step():
-        loss = F.cross_entropy(m(x), y); opt.zero_grad(); loss.backward(); opt.step()
+        loss = F.cross_entropy(m(x), y); opt.zero_grad(); loss.backward(); opt.step(); return loss
     for _ in range(warmup): step()
     dist.barrier()
     t0 = time.perf_counter()
-    for _ in range(steps): step()
+    for i in range(steps):
+        loss = step()
+        if report_every_step: report(step=i, loss=loss.detach())
     dist.barrier()
     dt = time.perf_counter() - t0
     h = hashlib.sha256()

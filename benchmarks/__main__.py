@@ -1,0 +1,36 @@
+"""All benchmarks in one run, written to benchmarks/results.md (the README shows it).
+
+    python -m benchmarks            # full run, ~10 minutes on 2 cores
+    python -m benchmarks --fast     # reduced mode CI runs so the benchmarks cannot rot (numbers not meaningful)"""
+import argparse, os, sys, tempfile, time
+from pathlib import Path
+
+os.environ.setdefault('IPYTHONDIR', tempfile.mkdtemp(prefix='ddp_nb-bench-ipython-'))
+os.environ.setdefault('IPP_NONINTERACTIVE', '1')
+from benchmarks.common import machine, HERE
+from benchmarks import startup, throughput, cells, iteration, monitor, memory
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser()
+    ap.add_argument('--fast', action='store_true')
+    ap.add_argument('--out', default=str(HERE / 'results.md'))
+    a = ap.parse_args(argv)
+    f = a.fast
+    t0 = time.time()
+    parts = [throughput.run(1, 0.3, (3, 30)) if f else throughput.run(5, 3, (3, 30, 300)),
+             cells.run(3, 1) if f else cells.run(30, 3),
+             iteration.run(1) if f else iteration.run(5),
+             startup.run(1, 2, 3) if f else startup.run(5, 2, 30),
+             monitor.run(1, 0.3) if f else monitor.run(5, 3),
+             memory.run(),
+             "### 7. GPU\n\nNot measured in this run: " + ("this machine has no GPU." if 'GPU: none' in machine() else "see the GPU notes.")]
+    head = (f"Machine: {machine()}  \nCommand: `python -m benchmarks{' --fast' if f else ''}` "
+            f"({time.time() - t0:.0f} s, {time.strftime('%Y-%m-%d')}). Only ratios carry across machines and runs.\n\n")
+    text = head + '\n\n'.join(parts) + '\n'
+    Path(a.out).write_text(text)
+    print(text)
+
+
+if __name__ == '__main__':
+    main()
