@@ -2,11 +2,8 @@
 
     python -m benchmarks            # full run, ~10 minutes on 2 cores
     python -m benchmarks --fast     # reduced mode CI runs so the benchmarks cannot rot (numbers not meaningful)"""
-import argparse, os, sys, tempfile, time
+import argparse, time
 from pathlib import Path
-
-os.environ.setdefault('IPYTHONDIR', tempfile.mkdtemp(prefix='ddp_nb-bench-ipython-'))
-os.environ.setdefault('IPP_NONINTERACTIVE', '1')
 from benchmarks.common import machine, HERE
 from benchmarks import startup, throughput, cells, iteration, monitor, memory
 

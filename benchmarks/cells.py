@@ -11,13 +11,7 @@ SIDES = {
         setup=["from ddp_nb import DDPCluster\ncl = DDPCluster(n=2).start()"],
         cell="%%px\n" + CELL, teardown="cl.stop()"),
     'raw ipyparallel `%%px`': dict(
-        setup=["import ipyparallel as ipp, logging, socket\n"
-               "c = ipp.Cluster(n=2, delay=0, log_level=logging.ERROR, controller_args=['--HeartMonitor.period=200', '--HeartMonitor.max_heartmonitor_misses=50'])\n"
-               "rc = c.start_and_connect_sync(); v = rc[:]; v.block = True; v.activate()\n"
-               "s = socket.socket(); s.bind(('127.0.0.1', 0)); port = s.getsockname()[1]; s.close()\n"
-               "from benchmarks.startup import _hand_init\n"
-               "[a.get(120) for a in [rc[i].apply_async(_hand_init, r, 2, port) for r, i in enumerate(sorted(rc.ids))]]\n"
-               "v.execute('import torch, torch.distributed as dist')"],
+        setup=["from benchmarks.startup import bare_start, bare_px\n_, c, rc = bare_start(2)\nbare_px(rc)"],
         cell="%%px\n" + CELL, teardown="rc.shutdown(hub=True, block=True); c.stop_cluster_sync()"),
     'nbdistributed `%%distributed`': dict(
         setup=["%load_ext nbdistributed", "%dist_init -n 2", "%%distributed\nimport torch, torch.distributed as dist"],

@@ -4,10 +4,7 @@
 
 Two gloo ranks train an MLP sized for ~3 ms and ~30 ms steps on this machine. Each round runs every side once, in
 rotating order; the table gives median throughput ratios (on / off) and the report-to-dashboard latency."""
-import argparse, os, tempfile, time
-from pathlib import Path
-
-os.environ.setdefault('IPYTHONDIR', tempfile.mkdtemp(prefix='ddp_nb-bench-ipython-'))
+import argparse, time
 from ddp_nb import DDPCluster
 from benchmarks.common import med, table
 from benchmarks.throughput import calibrate

@@ -4,11 +4,7 @@
 
 Both sides use the same controller settings and run alternately in the same run; medians and ratios are reported
 (only ratios carry across machines and runs). "Ready" means the process group is formed and checked by an all-reduce."""
-import argparse, logging, os, socket, subprocess, sys, tempfile, time
-from pathlib import Path
-
-os.environ.setdefault('IPP_NONINTERACTIVE', '1')
-os.environ.setdefault('IPYTHONDIR', tempfile.mkdtemp(prefix='ddp_nb-bench-ipython-'))
+import argparse, logging, os, socket, subprocess, time
 import ipyparallel as ipp
 from IPython.core.interactiveshell import InteractiveShell
 from ddp_nb import DDPCluster
@@ -37,6 +33,13 @@ def bare_start(n):
     ars = [rc[i].apply_async(_hand_init, r, n, port) for r, i in enumerate(sorted(rc.ids))]
     assert [a.get(timeout=120) for a in ars] == [float(n)] * n
     return time.perf_counter() - t0, c, rc
+
+
+def bare_px(rc):
+    "Activate `%%px` on all of a bare cluster's engines, with torch and dist imported there"
+    v = rc[:]; v.block = True; v.activate()
+    v.execute('import torch, torch.distributed as dist')
+    return v
 
 
 def ddp_start(n):
@@ -75,8 +78,7 @@ def run(rounds=5, n=2, cells=30):
                 cl.stop()
             elif side == 'bare':
                 t, c, rc = bare_start(n)
-                v = rc[:]; v.block = True; v.activate()
-                v.execute('import torch, torch.distributed as dist')
+                bare_px(rc)
                 S['bare_cell'] += cell_times(lambda: ip.run_cell_magic('px', '', 't = torch.ones(1); dist.all_reduce(t)'), cells)
                 rc.shutdown(hub=True, block=True); c.stop_cluster_sync(); rc.close()
             else: t = torchrun_trivial(n)

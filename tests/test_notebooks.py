@@ -1,5 +1,6 @@
 "nbdev_test on notebooks that use %%px: a rank's error fails the notebook, and no cluster is left behind"
-import json, os, subprocess, sys
+import json, subprocess, sys
+import pytest
 from pathlib import Path
 from conftest import ROOT, ours
 
@@ -15,24 +16,20 @@ def _nbdev_test(path):
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
 
 
-def test_px_error_on_one_rank_fails_the_notebook(tmp_path, no_leftovers):
-    nb = tmp_path / 'bad.ipynb'
-    nb.write_text(json.dumps(_nb(["from ddp_nb import DDPCluster\ncl = DDPCluster(n=2).start()",
-                                  "%%px\nif rank == 1: raise ValueError('rank one broke')",
-                                  "cl.stop()"])))
-    r = _nbdev_test(nb)
-    assert r.returncode != 0, r.stdout + r.stderr
-    assert 'rank one broke' in r.stdout + r.stderr
-    assert ours() == [], "the failed notebook's cluster must be stopped when its process exits"
+START = "from ddp_nb import DDPCluster\ncl = DDPCluster(n=2).start()"
 
 
-def test_px_cells_run_on_every_rank(tmp_path, no_leftovers):
-    nb = tmp_path / 'good.ipynb'
-    nb.write_text(json.dumps(_nb(["from ddp_nb import DDPCluster\ncl = DDPCluster(n=2).start()",
-                                  "%%px\nt = torch.ones(1); dist.all_reduce(t)",
-                                  "assert cl.view['t.item()'] == [2.0, 2.0]\ncl.stop()"])))
+@pytest.mark.parametrize('cells,fails,says', [
+    ([START, "%%px\nif rank == 1: raise ValueError('rank one broke')", "cl.stop()"], True, 'rank one broke'),
+    ([START, "%%px\nt = torch.ones(1); dist.all_reduce(t)", "assert cl.view['t.item()'] == [2.0, 2.0]\ncl.stop()"], False, '')],
+    ids=['error-on-one-rank-fails-the-notebook', 'px-cells-run-on-every-rank'])
+def test_px_cells_under_nbdev_test(cells, fails, says, tmp_path, no_leftovers):
+    nb = tmp_path / 'nb.ipynb'
+    nb.write_text(json.dumps(_nb(cells)))
     r = _nbdev_test(nb)
-    assert r.returncode == 0, r.stdout + r.stderr
+    assert (r.returncode != 0) == fails, r.stdout + r.stderr
+    assert says in r.stdout + r.stderr
+    assert ours() == [], "a notebook's cluster must be stopped when its process exits, failed or not"
 
 
 def test_readme_in_sync_with_index():
