@@ -4,7 +4,7 @@
 
 # %% ../nbs/01_cluster.ipynb #585762a4
 from __future__ import annotations
-import logging, os, secrets, socket, threading, time
+import logging, os, secrets, socket, tempfile, threading, time
 from collections import namedtuple
 from multiprocessing.util import Finalize
 import psutil
@@ -12,7 +12,7 @@ import ipyparallel as ipp
 from .core import *
 
 # %% auto #0
-__all__ = ['Rank', 'local_gpus', 'local_cpus', 'cluster_procs', 'kill_procs', 'stop_orphans', 'DDPCluster']
+__all__ = ['Rank', 'local_gpus', 'local_cpus', 'cluster_procs', 'kill_procs', 'stop_orphans', 'DDPCluster', 'stack_file']
 
 # %% ../nbs/01_cluster.ipynb #2dcda6e5
 def local_gpus() -> int:
@@ -187,13 +187,19 @@ def start(self:DDPCluster) -> DDPCluster:
     return self
 
 # %% ../nbs/01_cluster.ipynb #871323e2
+def stack_file(cluster_id:str, rank:int) -> str:
+    "Where a rank writes its Python stacks when asked (`cl.where()`)"
+    return os.path.join(tempfile.gettempdir(), f"{cluster_id}-stack-{rank}.txt")
+
 @patch
-def _form_group(self:DDPCluster):
+def _form_group(self:DDPCluster,
+                fixed:dict|None=None, # engine id -> rank for engines that keep their rank (see `restart`)
+               ):
     "Map engines to ranks, give each its torchrun environment, and form the checked process group"
     rc = self._rc
     ids = sorted(rc.ids)
     infos = _gather({i: rc[i].apply_async(_engine, 'engine_info') for i in ids}, 'Reading engine facts', self.start_timeout)
-    self._plan = plan = plan_ranks([dict(engine_id=i, **infos[i]) for i in ids])
+    self._plan = plan = plan_ranks([dict(engine_id=i, **infos[i]) for i in ids], fixed)
     check_gpus(plan, self.backend)
     loop = single_host(plan)
     addr = '127.0.0.1' if loop else plan[0]['host']
@@ -208,6 +214,7 @@ def _form_group(self:DDPCluster):
     self._view = rc.direct_view([p['engine_id'] for p in plan])
     self._view.block = True
     self._view.execute("import ddp_nb.engine as _ddp_nb_engine; globals().update(_ddp_nb_engine.namespace())")
+    for p in plan: rc[p["engine_id"]].apply_async(_engine, "faults.install_stack_dump", stack_file(self.cluster_id, p["rank"]))
 
 # %% ../nbs/01_cluster.ipynb #918a35ef
 @patch
@@ -362,7 +369,8 @@ def _activate(self:DDPCluster):
     "Activate `%%px` (every rank) and `%%rank` (some ranks) for this cluster"
     ip = _ipython()
     if ip is None: return
-    self._view.activate()
+    from ddp_nb.faults import px_magics  # ipyparallel's %px/%%px, with cells supervised (see faults)
+    ip.magics_manager.register(px_magics(self, ip, self._view))
     def rank(line, cell):
         "%%rank RANKS [px flags]: run the cell on the ranks RANKS ('0', '0,2', '1:', 'all')"
         spec, _, rest = (' ' + line.strip()).partition(' -')  # flags start with '-'; ranks may contain spaces
@@ -413,3 +421,6 @@ def push(self:DDPCluster,
     v = self.on(ranks)
     if fns: v.push(fns, block=True)
     if rest: v.apply_sync(_unpickle_into_ns, cloudpickle.dumps(rest))
+
+# %% ../nbs/01_cluster.ipynb #a7f3c2d1
+from . import faults  # adds supervise, interrupt, check, where and restart to DDPCluster

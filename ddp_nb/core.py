@@ -71,17 +71,19 @@ def threads_per_rank(n_cpus:int, # cores usable on the host
 
 # %% ../nbs/00_core.ipynb #9cdc9e53
 def plan_ranks(engines:list[dict], # one dict per engine, with at least 'engine_id' and 'host'
-              ) -> list[dict]: # the same dicts plus rank, local_rank, world_size, local_world_size, ordered by rank
-    "Give every engine a rank (by host, then engine id) and a local rank within its host"
+               fixed:dict|None=None, # engine id -> rank for engines that keep their rank (after a restart)
+              ) -> list[dict]: # the same dicts plus rank, local_rank, group_rank, world_size, local_world_size, by rank
+    "Give every engine a rank (by host, then engine id; `fixed` ones keep theirs) and a local rank within its host"
     if not engines: raise ValueError("No engines to plan ranks for: the cluster has no registered engines.")
-    hosts = sorted({e['host'] for e in engines})
-    out, rank = [], 0
-    for h in hosts:
-        local = sorted((e for e in engines if e['host'] == h), key=lambda e: e['engine_id'])
-        for lr, e in enumerate(local):
-            out.append({**e, 'rank': rank, 'local_rank': lr, 'world_size': len(engines), 'local_world_size': len(local)})
-            rank += 1
-    return out
+    fixed = {k: v for k, v in (fixed or {}).items() if any(e['engine_id'] == k for e in engines)}
+    free = sorted(set(range(len(engines))) - set(fixed.values()))
+    others = sorted((e for e in engines if e['engine_id'] not in fixed), key=lambda e: (e['host'], e['engine_id']))
+    rank_of = {**fixed, **{e['engine_id']: r for e, r in zip(others, free)}}
+    by_rank = sorted(engines, key=lambda e: rank_of[e['engine_id']])
+    hosts = list(dict.fromkeys(e['host'] for e in by_rank))  # in order of their first rank
+    local = {h: [e for e in by_rank if e['host'] == h] for h in hosts}
+    return [{**e, 'rank': rank_of[e['engine_id']], 'local_rank': local[e['host']].index(e), 'group_rank': hosts.index(e['host']),
+             'world_size': len(engines), 'local_world_size': len(local[e['host']])} for e in by_rank]
 
 # %% ../nbs/00_core.ipynb #a23a10f4
 def check_gpus(plan:list[dict], # output of `plan_ranks`, each with 'n_gpus' seen by the engine
