@@ -43,9 +43,12 @@ def test_killed_client_takes_its_cluster_along(no_leftovers):
     assert len(procs) >= 5, [q.cmdline() for q in procs]  # controller (+ schedulers), 2 engines, 2 nannies
     profile = procs[0].environ()['IPP_PROFILE_DIR']
     assert cluster_files(cid, profile)
+    # one engine is stopped (as if stuck): it cannot watch, so the controller or the other engine must end it
+    stuck = next(q for q in procs if 'engine_main import main' in ' '.join(q.cmdline()))
+    stuck.suspend()
     os.kill(p.pid, signal.SIGKILL); p.wait()
     dt = wait_gone(cid)
-    print(f"\nclient SIGKILLed: its {len(procs)} cluster processes gone after {dt:.2f}s")
+    print(f"\nclient SIGKILLed: its {len(procs)} cluster processes (one engine SIGSTOPped) gone after {dt:.2f}s")
     assert cluster_procs(cid) == [] and dt < GONE_WITHIN
     assert cluster_files(cid, profile) == []  # the watcher removed the connection files too
 
