@@ -108,7 +108,8 @@ class DDPCluster:
                  engines:str='local', # ipyparallel engine launcher ('local', 'ssh', 'slurm', 'mpi', ...)
                  heartbeat_ms:int=200, # controller heartbeat period: engines register after one beat
                  start_timeout:float=120, # seconds to wait for the engines to register
-                 **ipp_kwargs, # passed on to `ipyparallel.Cluster`
+                 persistent:bool=False, # keep running after this process ends (`ddp_nb list` finds it, `ddp_nb stop ID` ends it)
+                 **ipp_kwargs, # passed on to `ipyparallel.Cluster`; the controller listens on 127.0.0.1 unless you pass `controller_ip`
                 ):
         n_gpus = local_gpus()
         self.backend = pick_backend(n_gpus, backend)
@@ -116,9 +117,19 @@ class DDPCluster:
         if timeout <= 0: raise ValueError(f"timeout={timeout!r}: pass a positive number of seconds.")
         self.timeout, self.threads, self.engines = timeout, threads, engines
         self.heartbeat_ms, self.start_timeout, self.ipp_kwargs = heartbeat_ms, start_timeout, ipp_kwargs
+        self.persistent = persistent
         self.cluster_id, self.start_time = None, None
         self._ipp = self._rc = self._view = self._fin = self._collector = None
         self._plan = []
+
+    @property
+    def _fin(self):
+        "The finalizer that stops the cluster when this object is collected or the process exits"
+        return self.__dict__.get('_fin_')
+    @_fin.setter
+    def _fin(self, f):
+        if f is not None and self.persistent: f.cancel(); f = None  # a persistent cluster outlives its owner
+        self.__dict__['_fin_'] = f
 
 # %% ../nbs/01_cluster.ipynb #1e4f1a63
 def _engine(fn:str, *args, **kwargs):
@@ -157,11 +168,16 @@ def _ipp_cluster(self:DDPCluster) -> ipp.Cluster:
     kw.setdefault('log_level', logging.ERROR)
     kw.setdefault('delay', 0)
     kw.setdefault('shutdown_atexit', False)  # our Finalize stops it at exit (also in pool workers, where atexit doesn't run)
-    if self.engines == 'local':  # import torch while the engines register (see ddp_nb.engine_main)
-        from traitlets.config import Config
-        from ddp_nb.engine_main import ENGINE_CMD
-        cfg = kw['config'] = Config(kw.get('config') or {})
-        if 'engine_cmd' not in cfg.LocalEngineSetLauncher: cfg.LocalEngineSetLauncher.engine_cmd = ENGINE_CMD
+    from traitlets.config import Config
+    from ddp_nb.engine_main import CONTROLLER_CMD, ENGINE_CMD, OWNER_ENV, owner_token
+    cfg = kw['config'] = Config(kw.get('config') or {})
+    # the controller and local engines end the whole cluster once this process is gone, unless it is persistent;
+    # local engines import torch while they register (see ddp_nb.engine_main)
+    owner = {OWNER_ENV: '' if self.persistent else owner_token()}
+    for lc in [cfg.LocalControllerLauncher] + ([cfg.LocalEngineSetLauncher] if self.engines == 'local' else []):
+        lc.environment = {**owner, **lc.get('environment', {})}
+    if 'controller_cmd' not in cfg.LocalControllerLauncher: cfg.LocalControllerLauncher.controller_cmd = CONTROLLER_CMD
+    if self.engines == 'local' and 'engine_cmd' not in cfg.LocalEngineSetLauncher: cfg.LocalEngineSetLauncher.engine_cmd = ENGINE_CMD
     return ipp.Cluster(n=self.n, cluster_id=self.cluster_id, engines=self.engines, controller_args=args,
                        engine_timeout=int(self.start_timeout), **kw)
 

@@ -22,8 +22,12 @@ def test_demo_bad_input(ddp_nb_bin, tmp_path):
 
 OWNER = """
 import sys, time
+from traitlets.config import Config
 from ddp_nb import DDPCluster
-cl = DDPCluster(n=2).start()
+# ipyparallel's own commands run no owner watch (ddp_nb.engine_main): killing this process orphans the cluster
+cfg = Config(LocalControllerLauncher=dict(controller_cmd=[sys.executable, '-m', 'ipyparallel.controller']),
+             LocalEngineSetLauncher=dict(engine_cmd=[sys.executable, '-m', 'ipyparallel.engine']))
+cl = DDPCluster(n=2, config=cfg).start()
 print(cl.cluster_id, flush=True)
 time.sleep(600)
 """
@@ -36,7 +40,7 @@ def test_cleanup_stops_cluster_of_a_killed_owner(ddp_nb_bin, no_leftovers):
     os.kill(p.pid, signal.SIGKILL); p.wait()
     time.sleep(1)
     orphans = [q for q in ours() if q.environ().get('IPP_CLUSTER_ID') == cid]
-    assert len(orphans) >= 5, "expected the killed owner's cluster to be orphaned (ipyparallel does not watch its owner)"
+    assert len(orphans) >= 5, "expected the killed owner's cluster to be orphaned (nothing watches its owner)"
     r = subprocess.run([ddp_nb_bin, 'cleanup', '--ipython-dir', os.environ['IPYTHONDIR']], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and cid in r.stdout, r.stdout + r.stderr
     assert [q for q in ours() if q.is_running()] == []

@@ -1,0 +1,154 @@
+"""No orphans: a cluster ends with its owner (client killed, kernel restarted or killed, failing notebook under
+nbdev_test) unless it is persistent; `ddp_nb list` / `ddp_nb stop ID` find and end the persistent ones.
+Processes are counted by cluster id (IPP_CLUSTER_ID), never by name. Deadlines have a ≥3× margin over what was
+measured on a loaded 2-core machine; the measured times are printed (pytest -s)."""
+import json, os, signal, subprocess, sys, time
+from pathlib import Path
+import psutil, pytest
+from ddp_nb.cluster import cluster_procs
+from ddp_nb.core import cluster_owner
+from ddp_nb.engine_main import cluster_files
+
+ROOT = Path(__file__).resolve().parent.parent
+GONE_WITHIN = 10  # seconds: the issue's goal; measured: well under 1 s (printed)
+
+OWNER = """
+import sys, time
+from ddp_nb import DDPCluster
+cl = DDPCluster(n=2, persistent={persistent}).start()
+print(cl.cluster_id, flush=True)
+if {persistent}: sys.exit(0)   # a persistent cluster outlives even a normal exit
+time.sleep(600)
+"""
+
+
+def wait_gone(cid: str, limit: float = 30) -> float:
+    "Seconds until no process of cluster `cid` is left (gives up after `limit`)"
+    t0 = time.monotonic()
+    while cluster_procs(cid) and time.monotonic() - t0 < limit: time.sleep(0.02)
+    return time.monotonic() - t0
+
+
+def start_owner(persistent=False):
+    "A client process that starts a 2-rank cluster; returns (process, cluster id)"
+    p = subprocess.Popen([sys.executable, '-c', OWNER.format(persistent=persistent)], stdout=subprocess.PIPE, text=True)
+    cid = p.stdout.readline().strip()
+    assert cid.startswith('ddp_nb-'), f"the client did not start a cluster: {cid!r}"
+    return p, cid
+
+
+def test_killed_client_takes_its_cluster_along(no_leftovers):
+    p, cid = start_owner()
+    procs = cluster_procs(cid)
+    assert len(procs) >= 5, [q.cmdline() for q in procs]  # controller (+ schedulers), 2 engines, 2 nannies
+    profile = procs[0].environ()['IPP_PROFILE_DIR']
+    assert cluster_files(cid, profile)
+    # one engine is stopped (as if stuck): it cannot watch, so the controller or the other engine must end it
+    stuck = next(q for q in procs if 'engine_main import main' in ' '.join(q.cmdline()))
+    stuck.suspend()
+    os.kill(p.pid, signal.SIGKILL); p.wait()
+    dt = wait_gone(cid)
+    print(f"\nclient SIGKILLed: its {len(procs)} cluster processes (one engine SIGSTOPped) gone after {dt:.2f}s")
+    assert cluster_procs(cid) == [] and dt < GONE_WITHIN
+    assert cluster_files(cid, profile) == []  # the watcher removed the connection files too
+
+
+def _exec(kc, code: str, timeout: float = 180):
+    "Run `code` in the kernel; return its stdout; raise on an error"
+    mid = kc.execute(code)
+    out, err = [], None
+    while True:
+        m = kc.get_iopub_msg(timeout=timeout)
+        if m['parent_header'].get('msg_id') != mid: continue
+        if m['msg_type'] == 'stream': out.append(m['content']['text'])
+        if m['msg_type'] == 'error': err = f"{m['content']['ename']}: {m['content']['evalue']}"
+        if m['msg_type'] == 'status' and m['content']['execution_state'] == 'idle': break
+    if err: raise RuntimeError(err)
+    return ''.join(out)
+
+
+START_IN_KERNEL = "from ddp_nb import DDPCluster\ncl = DDPCluster(n=2).start()\nprint(cl.cluster_id)"
+
+
+def test_kernel_restart_and_kill_end_the_cluster(no_leftovers):
+    from jupyter_client.manager import start_new_kernel
+    km, kc = start_new_kernel(kernel_name='python3', cwd=str(ROOT), env={**os.environ, 'IPP_NONINTERACTIVE': '1'})
+    try:
+        cid = _exec(kc, START_IN_KERNEL).strip()
+        assert len(cluster_procs(cid)) >= 5
+        t0 = time.monotonic()
+        km.restart_kernel(now=False)  # what a notebook's "Restart kernel" does: ask, then kill after a grace period
+        dt_restart = time.monotonic() - t0
+        dt = wait_gone(cid)
+        print(f"\nkernel restart returned after {dt_restart:.2f}s; cluster gone {dt:.2f}s later")
+        assert cluster_procs(cid) == [] and dt < GONE_WITHIN
+
+        kc.stop_channels(); kc = km.client(); kc.start_channels(); kc.wait_for_ready(timeout=60)
+        cid = _exec(kc, START_IN_KERNEL).strip()
+        n = len(cluster_procs(cid))
+        os.kill(cluster_owner(cid), signal.SIGKILL)  # the id names its owner: the kernel
+        dt = wait_gone(cid)
+        print(f"kernel SIGKILLed: its {n} cluster processes gone after {dt:.2f}s")
+        assert cluster_procs(cid) == [] and dt < GONE_WITHIN
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+
+
+def test_failing_notebook_under_nbdev_test_leaves_nothing(tmp_path, no_leftovers):
+    import nbformat
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(f"from ddp_nb import DDPCluster\ncl = DDPCluster(n=1).start()\n"
+                                          f"open({str(tmp_path / 'cid')!r}, 'w').write(cl.cluster_id)"),
+                nbformat.v4.new_code_cell("raise ValueError('this notebook fails on purpose')")]
+    nbformat.write(nb, tmp_path / 'fails.ipynb')
+    nbdev_test = str(Path(sys.executable).parent / 'nbdev_test')
+    # --n_workers 1: the notebook runs in a process-pool worker, where atexit does not run
+    r = subprocess.run([nbdev_test, '--path', str(tmp_path / 'fails.ipynb'), '--n_workers', '1'], cwd=ROOT,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode != 0 and 'fails on purpose' in r.stderr, r.stdout + r.stderr
+    cid = (tmp_path / 'cid').read_text()
+    dt = wait_gone(cid)
+    print(f"\nfailing notebook under nbdev_test: cluster gone {dt:.2f}s after nbdev_test returned")
+    assert dt < GONE_WITHIN
+
+
+def _ddp_nb(bin, *args):
+    return subprocess.run([bin, *args], capture_output=True, text=True, timeout=120)
+
+
+def test_persistent_cluster_outlives_its_client_until_stopped(ddp_nb_bin, no_leftovers):
+    import ipyparallel as ipp
+    ipd = os.environ['IPYTHONDIR']
+    p, cid = start_owner(persistent=True)
+    try:
+        assert p.wait(60) == 0  # the client exited normally...
+        time.sleep(2)
+        procs = cluster_procs(cid)
+        assert len(procs) >= 5  # ...and its cluster runs on
+        r = _ddp_nb(ddp_nb_bin, 'list', '--json', '--ipython-dir', ipd)
+        assert r.returncode == 0, r.stderr
+        (c,) = [c for c in json.loads(r.stdout) if c['id'] == cid]
+        assert c['persistent'] and not c['owner_alive'] and c['procs'] == len(procs) and c['owner'] == p.pid
+        table = _ddp_nb(ddp_nb_bin, 'list', '--ipython-dir', ipd).stdout
+        assert cid in table and 'gone' in table and 'yes' in table, table
+        # it can be used again: connect a client to it by id
+        rc = ipp.Client(cluster_id=cid, profile_dir=c['profile_dir'])
+        try:
+            rc.wait_for_engines(2, timeout=30)
+            assert sorted(rc[:].apply_sync(os.getenv, 'RANK')) == ['0', '1']  # the ranks kept their state
+        finally: rc.close()
+        # cleanup leaves persistent clusters alone; stop ends them
+        r = _ddp_nb(ddp_nb_bin, 'cleanup', '--ipython-dir', ipd)
+        assert r.returncode == 0 and cid not in r.stdout and cluster_procs(cid)
+        t0 = time.monotonic()
+        r = _ddp_nb(ddp_nb_bin, 'stop', cid)
+        print(f"\nddp_nb stop {cid}: {r.stdout.strip()} in {time.monotonic() - t0:.2f}s")
+        assert r.returncode == 0 and cid in r.stdout, r.stderr
+        assert cluster_procs(cid) == [] and cluster_files(cid, c['profile_dir']) == []
+        r = _ddp_nb(ddp_nb_bin, 'stop', cid)
+        assert r.returncode == 1 and 'No running ddp_nb cluster' in r.stderr and 'ddp_nb list' in r.stderr
+    finally:
+        if p.poll() is None: p.kill()
+        from ddp_nb.cluster import kill_procs
+        kill_procs(cluster_procs(cid))
