@@ -122,15 +122,6 @@ class DDPCluster:
         self._ipp = self._rc = self._view = self._fin = self._collector = None
         self._plan = []
 
-    @property
-    def _fin(self):
-        "The finalizer that stops the cluster when this object is collected or the process exits"
-        return self.__dict__.get('_fin_')
-    @_fin.setter
-    def _fin(self, f):
-        if f is not None and self.persistent: f.cancel(); f = None  # a persistent cluster outlives its owner
-        self.__dict__['_fin_'] = f
-
 # %% ../nbs/01_cluster.ipynb #1e4f1a63
 def _engine(fn:str, *args, **kwargs):
     "Call `ddp_nb.engine.<fn>` (or `ddp_nb.<module>.<fn>` for 'module.fn') on an engine, importing it there, not here"
@@ -190,7 +181,8 @@ def start(self:DDPCluster) -> DDPCluster:
     t0 = time.monotonic()
     self.cluster_id = make_cluster_id(os.getpid(), secrets.token_hex(3))
     self._ipp = self._ipp_cluster()
-    self._fin = Finalize(self, _stop_ipp, args=(self._ipp, self.cluster_id), exitpriority=10)
+    if not self.persistent:  # a persistent cluster outlives this process
+        self._fin = Finalize(self, _stop_ipp, args=(self._ipp, self.cluster_id), exitpriority=10)
     try:
         self._rc = self._ipp.start_and_connect_sync()
         self._form_group()

@@ -29,9 +29,11 @@ def test_local_cluster_listens_and_talks_on_loopback_only(no_leftovers):
         r0, r1 = cl.ranks[0].pid, cl.ranks[1].pid
         r0_listen = {c.laddr.port: c.laddr.ip for c in socks[r0] if c.status == psutil.CONN_LISTEN}
         assert r0_listen.get(cl.master_port) in LOOPBACK and cl.master_addr == '127.0.0.1'
-        # gloo: rank 1 is connected to a port rank 0 listens on that is not the store's, over loopback
-        gloo = [c for c in socks[r1] if c.raddr and c.raddr.port in set(r0_listen) - {cl.master_port}]
-        assert gloo and all(c.raddr.ip in LOOPBACK for c in gloo), socks[r1]
+        # gloo: the two ranks are connected directly (either may have dialled), not through the store, over loopback
+        r1_listen = {c.laddr.port for c in socks[r1] if c.status == psutil.CONN_LISTEN}
+        gloo = ([c for c in socks[r1] if c.raddr and c.raddr.port in set(r0_listen) - {cl.master_port}] +
+                [c for c in socks[r0] if c.raddr and c.raddr.port in r1_listen])
+        assert gloo and all(c.raddr.ip in LOOPBACK for c in gloo), (socks[r0], socks[r1])
         # the kernel side: the dashboard collector listens in this process, on loopback too
         mine = [c for c in inet(os.getpid()) if c.status == psutil.CONN_LISTEN]
         assert mine and all(c.laddr.ip in LOOPBACK for c in mine), mine

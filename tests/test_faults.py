@@ -1,0 +1,170 @@
+"""Faults in a real Jupyter kernel, driven like a user does (cells, the stop button): every failure named within
+seconds, every rank released, recovery in one call, nothing left running. Measured times go to build/faults.json."""
+import json, os, queue, re, signal, time
+from pathlib import Path
+import pytest
+from conftest import ROOT, ours
+
+MEASURED = {}
+ANSI = re.compile(r'\x1b\[[0-9;]*m')
+
+
+class Kernel:
+    "A Jupyter kernel (as the notebook has) that runs cells and can be interrupted like the stop button does"
+    def __init__(self):
+        from jupyter_client.manager import start_new_kernel
+        env = {k: v for k, v in os.environ.items() if k != 'IPP_NONINTERACTIVE'}  # a notebook's kernel streams %%px output
+        self.km, self.kc = start_new_kernel(kernel_name='python3', cwd=str(ROOT), env=env)
+
+    def run(self, code, timeout=120, interrupt_after=None, at=None):
+        """Run a cell; returns (seconds to idle from the start or from the interrupt, output text, error or None, stream
+        messages with their times). `at`: {seconds: callable} run while the cell runs."""
+        mid, t0 = self.kc.execute(code), time.monotonic()
+        out, msgs, err, t_int, todo = [], [], None, None, dict(at or {})
+        while True:
+            now = time.monotonic() - t0
+            for t in [t for t in todo if t <= now]: todo.pop(t)()
+            if interrupt_after is not None and t_int is None and now > interrupt_after:
+                self.km.interrupt_kernel(); t_int = time.monotonic()
+            assert now < timeout, f"cell did not finish in {timeout}s: {''.join(out)[-2000:]}"
+            try: m = self.kc.get_iopub_msg(timeout=0.02)
+            except queue.Empty: continue
+            if m['parent_header'].get('msg_id') != mid: continue
+            kind, c = m['msg_type'], m['content']
+            if kind == 'stream': out.append(c['text']); msgs.append((time.monotonic() - t0, c['text']))
+            elif kind == 'error': err = f"{c['ename']}: {c['evalue']}"; out.append('\n'.join(c['traceback']))
+            elif kind in ('execute_result', 'display_data'): out.append(c['data'].get('text/plain', ''))
+            elif kind == 'status' and c['execution_state'] == 'idle': break
+        took = time.monotonic() - (t_int or t0)
+        return took, ANSI.sub('', ''.join(out)), err, msgs
+
+    def value(self, expr):
+        _, out, err, _ = self.run(f"print(repr({expr}))")
+        assert err is None, out
+        return eval(out.strip().splitlines()[-1])
+
+    def close(self):
+        try: self.run("cl.stop()", timeout=60)
+        finally: self.kc.stop_channels(); self.km.shutdown_kernel(now=True)
+
+
+@pytest.fixture(scope='module')
+def k():
+    assert ours() == []
+    kern = Kernel()
+    _, out, err, _ = kern.run("from ddp_nb import DDPCluster\nfrom ddp_nb.cluster import cluster_procs\n"
+                              "cl = DDPCluster(n=2).start()\nn_procs = len(cluster_procs(cl.cluster_id))")
+    assert err is None, out
+    yield kern
+    kern.close()
+    time.sleep(1)
+    assert ours() == [], "processes left behind"
+    (ROOT / 'build').mkdir(exist_ok=True)
+    (ROOT / 'build' / 'faults.json').write_text(json.dumps(MEASURED, indent=1))
+    print(json.dumps(MEASURED, indent=1))
+
+
+def restart_and_check(k):
+    "cl.restart() recovers: health check passes and the cluster has as many processes as when it started"
+    took, out, err, _ = k.run("cl.restart(); assert cl.check()")
+    assert err is None, out
+    assert k.value("len(cluster_procs(cl.cluster_id)) == n_procs"), "a replaced engine left processes behind"
+    return took
+
+
+def test_one_rank_raises_others_released_within_5s(k):
+    pids = k.value("[r.pid for r in cl.ranks]")
+    took, out, err, _ = k.run("%%px\nif rank == 1: raise ValueError('rank one broke')\nt = torch.ones(1); dist.all_reduce(t)")
+    MEASURED['one rank raises, others wait in a collective: error shown (s)'] = round(took, 2)
+    assert took < 5, f"took {took:.1f}s"
+    assert err and err.startswith('RankFailure'), out
+    assert out.index('rank one broke') < out.index('rank 0: was stuck'), "the raising rank's error must come first"
+    assert 'rank 1 (host' in out and 'ValueError: rank one broke' in out and 'state is lost' in out
+    MEASURED['restart after it (s)'] = round(restart_and_check(k), 2)
+    assert k.value("[r.pid for r in cl.ranks]")[1] == pids[1], "rank 1 should have kept its engine"
+
+
+def test_dead_rank_named_with_how_it_died(k):
+    pid0 = k.value("cl.ranks[0].pid")
+    killed = {}
+    def kill(): killed['t'] = time.monotonic(); os.kill(pid0, signal.SIGKILL)
+    _, out, err, _ = k.run("%%px\nimport time\nfor i in range(10**7): t = torch.ones(1); dist.all_reduce(t); time.sleep(0.001)",
+                           at={1.0: kill})
+    took = time.monotonic() - killed['t']
+    MEASURED['rank killed with SIGKILL: error shown (s)'] = round(took, 2)
+    assert took < 5 and err and err.startswith('RankFailure'), out
+    assert f'rank 0 (host' in out and f'pid {pid0}' in out and 'killed by SIGKILL' in out
+    assert 'Ranks [1] kept their state' in out, out
+    MEASURED['restart after a death (s)'] = round(restart_and_check(k), 2)
+
+
+def test_stopped_rank_watchdog_then_interrupt(k):
+    pid1 = k.value("cl.ranks[1].pid")
+    k.run("cl.hang_after = 3")
+    t_stop = {}
+    def stop(): t_stop['t'] = time.monotonic(); os.kill(pid1, signal.SIGSTOP)
+    try:
+        took, out, err, msgs = k.run("%%px\nimport time\nfor i in range(10**7):\n    t = torch.ones(1); dist.all_reduce(t)\n"
+                                     "    report(i, loss=1.0); time.sleep(0.01)", at={1.0: stop}, interrupt_after=9)
+    finally:
+        os.kill(pid1, signal.SIGCONT) if os.path.exists(f'/proc/{pid1}') else None
+    seen = [t for t, text in msgs if '[ddp_nb watchdog]' in text]
+    assert seen, out
+    MEASURED['rank stopped (SIGSTOP): watchdog report after the stop (s), hang_after=3'] = round(seen[0] - 1.0, 2)
+    assert seen[0] - 1.0 < 3 + 3, "the watchdog should notice within hang_after plus a little"
+    assert 'Stuck: rank 1' in out and 'stopped (SIGSTOP' in out and 'all_reduce' in out, out
+    MEASURED['interrupt with a stopped rank: every rank stopped (s)'] = round(took, 2)
+    assert took < 2, f"interrupt took {took:.1f}s"
+    assert 'ranks [1] were stopped' in out and 'ranks [0] kept theirs' in out, out
+    k.run("cl.hang_after = 60")
+    restart_and_check(k)
+
+
+def test_twenty_interrupts_stop_cooperatively(k):
+    _, out, err, _ = k.run("%%px\nfrom ddp_nb.train import *\nfrom ddp_nb.digits import digits_data, DigitsNet\n"
+                           "seed_everything(0); model = wrap_model(DigitsNet())\n"
+                           "opt = torch.optim.SGD(model.parameters(), lr=0.05)\nloader = ShardedLoader(digits_data(), batch_size=8)")
+    assert err is None, out
+    times, clean = [], 0
+    for i in range(20):
+        took, out, err, _ = k.run("%%px\nfit(model, loader, opt, epochs=10**6)", interrupt_after=0.4 + 0.05 * (i % 5))
+        times.append(took)
+        pos = k.value("cl.view['(loader.epoch, loader.batch, loader.fit_state[\"step\"])']")
+        ok = ('Stopped cooperatively' in out and err and err.startswith('Interrupted') and pos[0] == pos[1]
+              and k.value("cl.check()"))
+        clean += bool(ok)
+    MEASURED['20 interrupts of fit(): clean cooperative stops'] = clean
+    MEASURED['interrupt of fit(): median / max time to stop every rank (s)'] = [round(sorted(times)[10], 2), round(max(times), 2)]
+    assert clean == 20, out
+    assert max(times) < 2, times
+    assert k.value("len(cluster_procs(cl.cluster_id)) == n_procs")
+
+
+def test_interrupts_without_the_loader_leave_a_healthy_group(k):
+    healthy, times = 0, []
+    for i in range(5):
+        took, out, err, _ = k.run("%%px\nfor i in range(10**8): t = torch.ones(1000); dist.all_reduce(t)", interrupt_after=0.5 + 0.1 * i)
+        times.append(took)
+        assert err and err.startswith('Interrupted'), out
+        healthy += k.value("cl.check()")
+    MEASURED['5 SIGINT interrupts of a raw all-reduce loop: healthy after'] = healthy
+    MEASURED['SIGINT interrupt: max time to stop every rank (s)'] = round(max(times), 2)
+    assert healthy == 5 and max(times) < 2, times
+
+
+def test_bad_input_says_what_to_do():
+    kern = Kernel()
+    try:
+        cases = [("from ddp_nb import DDPCluster\nDDPCluster(n=2).restart()", 'call cl.start() first'),
+                 ("%%px\nprint(rank)", 'No DDPCluster is running'),
+                 ("import os, tempfile, pathlib\nd = tempfile.mkdtemp(); pathlib.Path(d, 'torch').mkdir()\n"
+                  "pathlib.Path(d, 'torch', '__init__.py').write_text('raise ImportError(\"simulated: torch is broken here\")')\n"
+                  "os.environ['PYTHONPATH'] = d\ncl = DDPCluster(n=2)\ntry: cl.start()\nfinally: del os.environ['PYTHONPATH']",
+                  'simulated: torch is broken here')]
+        for code, says in cases:
+            _, out, err, _ = kern.run(code)
+            assert err and says in out, (code, out)
+    finally:
+        kern.kc.stop_channels(); kern.km.shutdown_kernel(now=True)
+    time.sleep(1)
+    assert ours() == [], "a failed start must not leave processes"
