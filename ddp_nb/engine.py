@@ -12,8 +12,8 @@ import torch.distributed as dist
 from .core import rank_device
 
 # %% auto #0
-__all__ = ['RankInfo', 'host_name', 'engine_info', 'rank_info', 'setup_rank', 'forget_rank', 'open_store', 'close_store',
-           'init_group', 'check_group', 'teardown', 'namespace']
+__all__ = ['RankInfo', 'host_name', 'engine_info', 'rank_info', 'setup_rank', 'forget_rank', 'reset_accelerate', 'open_store',
+           'close_store', 'drop_group', 'init_group', 'check_group', 'teardown', 'namespace']
 
 # %% ../nbs/02_engine.ipynb #631937fe
 _state = {}  # this process's rank record, TCPStore and listening socket
@@ -50,19 +50,29 @@ def setup_rank(p:dict, # this rank's entry from `core.plan_ranks`, with 'n_gpus'
                backend:str, # 'nccl' or 'gloo'
                loopback:bool=True, # keep gloo on the loopback interface (single-host clusters)
               ) -> RankInfo:
-    "Give this process its rank: torchrun environment, thread count, pinned device"
+    "Give this process its rank: torchrun environment, thread count, pinned device (and Accelerate's CPU switch on CPU ranks)"
     os.environ.update(env)
     os.environ['OMP_NUM_THREADS'] = str(threads)
     if loopback: os.environ['GLOO_SOCKET_IFNAME'] = 'lo'
     torch.set_num_threads(threads)
     device = rank_device(backend, p.get('n_gpus', 0), p['local_rank'])
     if device.startswith('cuda'): torch.cuda.set_device(torch.device(device))
+    else: os.environ['ACCELERATE_USE_CPU'] = '1'  # else Accelerate picks DistributedType.NO on CPU and each rank trains alone
     _state.update({k: p[k] for k in ('rank', 'local_rank', 'world_size', 'local_world_size')}, device=device, backend=backend)
     return rank_info()
 
 def forget_rank():
     "Drop this process's rank record (after `teardown`), back to the serial fallback"
     for k in ('rank', 'local_rank', 'world_size', 'local_world_size', 'device', 'backend'): _state.pop(k, None)
+
+# %% ../nbs/02_engine.ipynb #b7d95e13
+def reset_accelerate() -> bool: # False when this process has not imported accelerate
+    "Forget Accelerate's cached state (PartialState, AcceleratorState, GradientState), so the next `Accelerator()` binds to the current group"
+    if 'accelerate' not in sys.modules: return False
+    from accelerate.state import AcceleratorState, GradientState
+    AcceleratorState._reset_state(reset_partial_state=True)
+    GradientState._reset_state()
+    return True
 
 # %% ../nbs/02_engine.ipynb #f3893bbb
 def _listen(host:str) -> socket.socket:
@@ -90,6 +100,13 @@ def close_store():
     _state.pop('store', None)
 
 # %% ../nbs/02_engine.ipynb #67ddb8cc
+def drop_group():
+    "Destroy the default process group if there is one, and reset torch's group counter either way"
+    if dist.is_initialized(): dist.destroy_process_group()
+    # a failed or interrupted init_process_group leaves the counter raised on that rank only: the ranks would then
+    # disagree on the next group's name (its store prefix) and never meet
+    dist.distributed_c10d._world.group_count = 0
+
 def _joined(store, world_size):
     "Ranks that announced themselves in `store`"
     return [r for r in range(world_size) if store.check([f'ddp_nb/joined/{r}'])]
@@ -100,7 +117,8 @@ def init_group(master_addr:str, # address of rank 0's store
               ) -> RankInfo:
     "Join the default process group through rank 0's store and check it with a tiny all-reduce"
     ri = rank_info()
-    if dist.is_initialized(): dist.destroy_process_group()
+    drop_group()
+    reset_accelerate()  # Accelerate's cached state belongs to the old group
     td = timedelta(seconds=timeout)
     store = _state['store'] if ri.rank == 0 and 'store' in _state else dist.TCPStore(master_addr, port, ri.world_size, False, td)
     store.set(f'ddp_nb/joined/{ri.rank}', str(os.getpid()))
@@ -124,9 +142,10 @@ def check_group() -> int:
     return int(t.item())
 
 def teardown():
-    "Destroy the process group and close the store, so a new group can be formed"
-    if dist.is_initialized(): dist.destroy_process_group()
+    "Destroy the process group, close the store and forget Accelerate's state, so a new group can be formed"
+    drop_group()
     close_store()
+    reset_accelerate()
 
 # %% ../nbs/02_engine.ipynb #7221dcb7
 def namespace() -> dict:
