@@ -169,6 +169,7 @@ def _ipp_cluster(self:DDPCluster) -> ipp.Cluster:
         lc.environment = {**owner, **lc.get('environment', {})}
     if 'controller_cmd' not in cfg.LocalControllerLauncher: cfg.LocalControllerLauncher.controller_cmd = CONTROLLER_CMD
     if self.engines == 'local' and 'engine_cmd' not in cfg.LocalEngineSetLauncher: cfg.LocalEngineSetLauncher.engine_cmd = ENGINE_CMD
+    cfg.LocalEngineLauncher.poll_seconds = 1  # how an engine died reaches us within a second (see faults._watch_exits)
     return ipp.Cluster(n=self.n, cluster_id=self.cluster_id, engines=self.engines, controller_args=args,
                        engine_timeout=int(self.start_timeout), **kw)
 
@@ -223,6 +224,7 @@ def _form_group(self:DDPCluster,
     self._view.block = True
     self._view.execute("import ddp_nb.engine as _ddp_nb_engine; globals().update(_ddp_nb_engine.namespace())")
     for p in plan: rc[p["engine_id"]].apply_async(_engine, "faults.install_stack_dump", stack_file(self.cluster_id, p["rank"]))
+    self._watch_exits()  # how an engine died, for error messages (see faults)
 
 # %% ../nbs/01_cluster.ipynb #918a35ef
 @patch
@@ -431,4 +433,4 @@ def push(self:DDPCluster,
     if rest: v.apply_sync(_unpickle_into_ns, cloudpickle.dumps(rest))
 
 # %% ../nbs/01_cluster.ipynb #a7f3c2d1
-from . import faults  # adds supervise, interrupt, check, where and restart to DDPCluster
+from . import faults, launch  # add supervised %%px, interrupt, check, where, restart and run_script to DDPCluster

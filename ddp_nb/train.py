@@ -8,7 +8,7 @@ __all__ = ['COMPRESSION', 'seed_everything', 'rng_state', 'set_rng_state', 'Resu
            'amp_dtype', 'autocast', 'grad_scaler', 'sync_context', 'accumulation_group', 'checkpoints', 'atomic_save',
            'save_checkpoint', 'CheckpointError', 'read_checkpoint', 'load_checkpoint', 'fit']
 
-# %% ../nbs/05_train.ipynb #724e49ff
+# %% ../nbs/05_train.ipynb #6ae6d6d4
 import itertools, math, os, random, signal, threading, time, warnings
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
@@ -22,7 +22,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 from .engine import rank_info
 from .report import report
 
-# %% ../nbs/05_train.ipynb #2cfb1438
+# %% ../nbs/05_train.ipynb #da51c273
 def seed_everything(seed:int=0, # the seed every rank starts from
                     per_rank:bool=False, # add the rank, for random streams that should differ between ranks
                     deterministic:bool=False, # also make torch use deterministic kernels (slower; errors on ops without one)
@@ -40,7 +40,7 @@ def seed_everything(seed:int=0, # the seed every rank starts from
     torch.backends.cudnn.benchmark = False
     return s
 
-# %% ../nbs/05_train.ipynb #6e8637df
+# %% ../nbs/05_train.ipynb #6ba5178e
 def rng_state() -> dict:
     "This rank's random generators (Python, numpy, torch CPU and CUDA) as tensors and plain types"
     v, keys, gauss = random.getstate()
@@ -65,7 +65,7 @@ def set_rng_state(st:dict, # from `rng_state`
         np.random.set_state((kind, mt.cpu().numpy().astype(np.uint32), pos, has_gauss, cached))
     if 'cuda' in st and torch.cuda.is_available(): torch.cuda.set_rng_state_all([t.cpu() for t in st['cuda']])
 
-# %% ../nbs/05_train.ipynb #4f0d6e85
+# %% ../nbs/05_train.ipynb #fe1d33bf
 class ResumableSampler(DistributedSampler):
     "`DistributedSampler` that can start part-way through an epoch: same order, minus the first `start` samples"
     def __init__(self, dataset, # the whole dataset
@@ -82,7 +82,7 @@ class ResumableSampler(DistributedSampler):
     def __iter__(self): return itertools.islice(super().__iter__(), self.start, None)
     def __len__(self): return self.num_samples - self.start
 
-# %% ../nbs/05_train.ipynb #f4495be3
+# %% ../nbs/05_train.ipynb #e3d1958e
 def per_rank_batch(batch_size:Optional[int]=None, # samples per rank per step
                    global_batch_size:Optional[int]=None, # samples per step over all ranks (batch_size × world_size)
                    world_size:int=1, # ranks
@@ -98,23 +98,26 @@ def per_rank_batch(batch_size:Optional[int]=None, # samples per rank per step
     if batch_size < 1: raise ValueError(f"batch_size={batch_size}: give at least 1 sample per rank.")
     return batch_size
 
-# %% ../nbs/05_train.ipynb #aba792eb
+# %% ../nbs/05_train.ipynb #b03f0445
 class StopRequested(KeyboardInterrupt):
     "Every rank stopped before the same batch because a stop was asked for: nothing lost, run the cell again to continue"
 
-_stop = {'requested': False}
+_stop = {'requested': False, 'depth': 0}
+
+def _on_sigint(sig, frame):
+    if _stop['requested']: raise KeyboardInterrupt("interrupted again: stopping now, without waiting for the other ranks")
+    _stop['requested'] = True
 
 @contextmanager
 def stop_requests():
-    "Inside: a first SIGINT asks for a cooperative stop, a second one interrupts at once"
-    _stop['requested'] = False
+    "Inside (nestable): a first SIGINT asks for a cooperative stop, a second one interrupts at once"
     if threading.current_thread() is not threading.main_thread(): yield; return
-    def on_sigint(sig, frame):
-        if _stop['requested']: raise KeyboardInterrupt("interrupted again: stopping now, without waiting for the other ranks")
-        _stop['requested'] = True
-    old = signal.signal(signal.SIGINT, on_sigint)
+    if _stop['depth'] == 0: _stop['requested'], old = False, signal.signal(signal.SIGINT, _on_sigint)
+    _stop['depth'] += 1
     try: yield
-    finally: signal.signal(signal.SIGINT, old)
+    finally:
+        _stop['depth'] -= 1
+        if _stop['depth'] == 0: signal.signal(signal.SIGINT, old)
 
 _ctrl = {}
 
@@ -144,7 +147,7 @@ class StopVote:
         "At the end of the loop: one last vote, waited for, so a stop asked during the last batch is not lost"
         return self() or self._result()
 
-# %% ../nbs/05_train.ipynb #2ebc39b3
+# %% ../nbs/05_train.ipynb #31077c2e
 class ShardedLoader:
     "This rank's DataLoader over its shard: epochs advance by themselves (`set_epoch` done), resumable mid-epoch"
     def __init__(self, dataset, # the whole dataset: every rank gets its own shard
@@ -204,7 +207,7 @@ class ShardedLoader:
                                  f"or resume at an epoch boundary with load_checkpoint(..., exact=False).")
         self.epoch, self.batch = sd['epoch'], sd['batch']
 
-# %% ../nbs/05_train.ipynb #f5636787
+# %% ../nbs/05_train.ipynb #65ec691e
 def _bf16_cpu_hook(process_group, bucket):
     "torch's bf16 compression hook (torch's own refuses to run without NCCL; gloo all-reduces bf16 fine)"
     from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import _compress_hook
@@ -226,7 +229,7 @@ def comm_hook(name:str, # 'fp16', 'bf16' or 'powersgd'
         return ps.PowerSGDState(process_group=None, matrix_approximation_rank=rank, start_powerSGD_iter=start_iter), ps.powerSGD_hook
     raise ValueError(f"compression={name!r}: use one of {COMPRESSION}, or None for full-precision all-reduces.")
 
-# %% ../nbs/05_train.ipynb #451a1985
+# %% ../nbs/05_train.ipynb #b912dcb3
 def wrap_model(model:nn.Module, # the model, on any device
                sync_bn:bool=False, # convert BatchNorm to SyncBatchNorm (one GPU per rank only)
                compression:Optional[str]=None, # 'fp16', 'bf16' or 'powersgd' gradient compression, or None
@@ -264,7 +267,7 @@ def unwrap(model:nn.Module) -> nn.Module:
     "The module inside a DDP (or similar) wrapper"
     return getattr(model, 'module', model)
 
-# %% ../nbs/05_train.ipynb #eabcc166
+# %% ../nbs/05_train.ipynb #8bf1e308
 def amp_dtype(device:torch.device) -> torch.dtype:
     "The autocast type for `device`: fp16 on CUDA (with a GradScaler), bf16 on CPU"
     return torch.float16 if device.type == 'cuda' else torch.bfloat16
@@ -284,7 +287,7 @@ def grad_scaler(enabled:bool=True, # False: a scaler that does nothing
     on = enabled and dev.type == 'cuda' and (dtype or amp_dtype(dev)) == torch.float16
     return torch.amp.GradScaler(dev.type, enabled=on)
 
-# %% ../nbs/05_train.ipynb #94ada736
+# %% ../nbs/05_train.ipynb #fe1f6d65
 def sync_context(model:nn.Module, # the DDP model (anything else: no-op)
                  sync:bool, # True on the micro-step whose backward should all-reduce
                 ):
@@ -301,7 +304,7 @@ def accumulation_group(i:int, # index of the micro-batch in the epoch
     size = min(k, n - g0)
     return size, i == g0 + size - 1
 
-# %% ../nbs/05_train.ipynb #8337dc9f
+# %% ../nbs/05_train.ipynb #4ca17679
 def _barrier():
     if dist.is_initialized(): dist.barrier()
 
@@ -320,7 +323,7 @@ def _from_0(obj):
     box = [obj]; dist.broadcast_object_list(box, src=0)
     return box[0]
 
-# %% ../nbs/05_train.ipynb #bbdf3e4e
+# %% ../nbs/05_train.ipynb #f3fa5956
 def checkpoints(folder:Union[str, Path], # where `save_checkpoint` writes
                ) -> list: # paths, oldest first
     "The complete checkpoints in `folder`, oldest first (temporary files of interrupted saves excluded)"
@@ -358,7 +361,7 @@ def atomic_save(obj, # what to save (torch.save)
     finally: os.close(fd)
     return path
 
-# %% ../nbs/05_train.ipynb #b7ae8401
+# %% ../nbs/05_train.ipynb #23ff9533
 def save_checkpoint(folder:Union[str, Path], # the run's checkpoint folder
                     model:nn.Module, # the model (DDP or not: the inner module is saved)
                     opt:Optional[torch.optim.Optimizer]=None, # its optimizer
@@ -385,7 +388,7 @@ def save_checkpoint(folder:Union[str, Path], # the run's checkpoint folder
     if err: raise RuntimeError(f"Saving the checkpoint {path} failed on rank 0: {err}. The previous checkpoints are intact.")
     return path
 
-# %% ../nbs/05_train.ipynb #7c7f8179
+# %% ../nbs/05_train.ipynb #9293ef80
 class CheckpointError(ValueError):
     "A checkpoint that cannot be used here; the message says why and what to do"
 
@@ -411,7 +414,7 @@ def _newest_readable(folder:Path) -> tuple:
         except CheckpointError as e: warnings.warn(f"{e} Using the checkpoint before it.")
     return None, None
 
-# %% ../nbs/05_train.ipynb #ae287bde
+# %% ../nbs/05_train.ipynb #79ad691f
 def load_checkpoint(src:Union[str, Path], # a checkpoint file, or a folder (its newest readable checkpoint)
                     model:nn.Module, # the model to load into (DDP or not)
                     opt:Optional[torch.optim.Optimizer]=None, # its optimizer
@@ -448,7 +451,7 @@ def load_checkpoint(src:Union[str, Path], # a checkpoint file, or a folder (its 
     return dict(step=state['step'], epoch=state['loader']['epoch'] if state.get('loader') else None, path=Path(path),
                 extra=state['extra'], rank_state=mine['state'])
 
-# %% ../nbs/05_train.ipynb #a6263d9d
+# %% ../nbs/05_train.ipynb #6ae51c65
 def fit(model:nn.Module, # the DDP-wrapped model
         loader:ShardedLoader, # this rank's loader
         opt:torch.optim.Optimizer, # the optimizer
@@ -468,29 +471,37 @@ def fit(model:nn.Module, # the DDP-wrapped model
     info = load_checkpoint(ckpt_dir, model, opt, scheduler, scaler, loader) if ckpt_dir else None
     if info: st.update(info['rank_state'])
     def save(): save_checkpoint(ckpt_dir, model, opt, st['step'], scheduler, scaler, loader, rank_state=st)
+    def end_epoch():
+        tot = st['tot'].to(dev)
+        if dist.is_initialized(): dist.all_reduce(tot)
+        st['losses'].append((tot[0] / tot[1]).item()); st['tot'] = torch.zeros(2, dtype=torch.float64)
+        if ckpt_dir and not (ckpt_every and st['step'] % ckpt_every == 0): save()
     model.train()
-    while loader.epoch < epochs and (max_steps is None or st['step'] < max_steps):
-        n, gl = len(loader), torch.zeros((), device=dev)
-        for x, y in loader:
-            size, last = accumulation_group(loader.batch - 1, n, accum)
-            x, y = x.to(dev, non_blocking=True), y.to(dev, non_blocking=True)
-            with sync_context(model, last):
-                with autocast(amp): loss = loss_fn(model(x), y)
-                scaler.scale(loss / size).backward()
-            gl += loss.detach().float() / size
-            if not last: continue
-            if max_grad_norm: scaler.unscale_(opt); nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
-            scaler.step(opt); scaler.update(); opt.zero_grad(set_to_none=True)
-            if scheduler is not None: scheduler.step()
-            st['step'] += 1
-            st['tot'] += torch.stack([gl.double().cpu(), torch.ones((), dtype=torch.float64)])
-            report(st['step'], loss=gl, epoch=loader.epoch, total=n // accum + (n % accum > 0))
-            gl = torch.zeros((), device=dev)
-            if ckpt_dir and ((ckpt_every and st['step'] % ckpt_every == 0) or st['step'] == max_steps): save()
-            if st['step'] == max_steps: break
-        else:
-            tot = st['tot'].to(dev)
-            if dist.is_initialized(): dist.all_reduce(tot)
-            st['losses'].append((tot[0] / tot[1]).item()); st['tot'] = torch.zeros(2, dtype=torch.float64)
-            if ckpt_dir and not (ckpt_every and st['step'] % ckpt_every == 0): save()
+    with stop_requests():  # one stop region: a stop between epochs is cooperative too
+        while loader.epoch < epochs and (max_steps is None or st['step'] < max_steps):
+            n, gl, ended = len(loader), torch.zeros((), device=dev), False
+            try:
+                for x, y in loader:
+                    size, last = accumulation_group(loader.batch - 1, n, accum)
+                    x, y = x.to(dev, non_blocking=True), y.to(dev, non_blocking=True)
+                    with sync_context(model, last):
+                        with autocast(amp): loss = loss_fn(model(x), y)
+                        scaler.scale(loss / size).backward()
+                    gl += loss.detach().float() / size
+                    if not last: continue
+                    if max_grad_norm: scaler.unscale_(opt); nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
+                    scaler.step(opt); scaler.update(); opt.zero_grad(set_to_none=True)
+                    if scheduler is not None: scheduler.step()
+                    st['step'] += 1
+                    st['tot'] += torch.stack([gl.double().cpu(), torch.ones((), dtype=torch.float64)])
+                    report(st['step'], loss=gl, epoch=loader.epoch, total=n // accum + (n % accum > 0))
+                    gl = torch.zeros((), device=dev)
+                    if ckpt_dir and ((ckpt_every and st['step'] % ckpt_every == 0) or st['step'] == max_steps): save()
+                    if st['step'] == max_steps: break
+                else: ended = True  # the epoch ran to its end
+            except StopRequested:
+                ended = loader.batch == 0  # stopped after the epoch's last batch
+                raise
+            finally:
+                if ended: end_epoch()
     return dict(step=st['step'], epoch=loader.epoch, losses=st['losses'], resumed_from=info['step'] if info else None)
