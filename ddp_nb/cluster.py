@@ -109,6 +109,7 @@ class DDPCluster:
                  heartbeat_ms:int=200, # controller heartbeat period: engines register after one beat
                  start_timeout:float=120, # seconds to wait for the engines to register
                  persistent:bool=False, # keep running after this process ends (`ddp_nb list` finds it, `ddp_nb stop ID` ends it)
+                 port:int|None=None, # rendezvous port on rank 0's host; None: a free one (fix it for a firewall)
                  **ipp_kwargs, # passed on to `ipyparallel.Cluster`; the controller listens on 127.0.0.1 unless you pass `controller_ip`
                 ):
         n_gpus = local_gpus()
@@ -117,7 +118,7 @@ class DDPCluster:
         if timeout <= 0: raise ValueError(f"timeout={timeout!r}: pass a positive number of seconds.")
         self.timeout, self.threads, self.engines = timeout, threads, engines
         self.heartbeat_ms, self.start_timeout, self.ipp_kwargs = heartbeat_ms, start_timeout, ipp_kwargs
-        self.persistent = persistent
+        self.persistent, self.port = persistent, port
         self.cluster_id, self.start_time = None, None
         self._ipp = self._rc = self._view = self._fin = self._collector = None
         self._plan = []
@@ -213,7 +214,8 @@ def _form_group(self:DDPCluster,
     loop = single_host(plan)
     addr = '127.0.0.1' if loop else plan[0]['host']
     r0 = rc[plan[0]['engine_id']]
-    port = r0.apply_sync(_engine, 'open_store', addr, len(plan), self.timeout)
+    port = _gather({0: r0.apply_async(_engine, 'open_store', addr, len(plan), self.timeout, self.port)},
+                   'Opening the rendezvous store', self.timeout)[0]
     def threads(p): return self.threads or threads_per_rank(p['n_cpus'], p['local_world_size'])
     _gather({p['rank']: rc[p['engine_id']].apply_async(_engine, 'setup_rank', p, torchrun_env(p, addr, port), threads(p), self.backend, loop)
              for p in plan}, 'Setting up ranks', self.timeout)

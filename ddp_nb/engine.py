@@ -4,7 +4,7 @@
 
 # %% ../nbs/02_engine.ipynb #d24ae4da
 from __future__ import annotations
-import os, socket, sys
+import errno, os, socket, sys
 from collections import namedtuple
 from datetime import timedelta
 import torch
@@ -75,20 +75,30 @@ def reset_accelerate() -> bool: # False when this process has not imported accel
     return True
 
 # %% ../nbs/02_engine.ipynb #f3893bbb
-def _listen(host:str) -> socket.socket:
-    "A listening TCP socket on `host` at a port the OS picks"
+def _listen(host:str, # address to listen on
+            port:int=0, # 0: a port the OS picks
+           ) -> socket.socket:
+    "A listening TCP socket on `host`:`port`, or an error that says what to do"
     fam = socket.getaddrinfo(host, 0, type=socket.SOCK_STREAM)[0][0]
     s = socket.socket(fam, socket.SOCK_STREAM)
-    s.bind((host, 0)); s.listen(256)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a fixed port is free again right after a reform
+    try: s.bind((host, port))
+    except OSError as e:
+        s.close()
+        why = ("is in use by another process" if e.errno == errno.EADDRINUSE else
+               "is privileged (below 1024: only root may listen there)" if e.errno == errno.EACCES else f"cannot be used ({e.strerror})")
+        raise RuntimeError(f"Port {port} on {host} {why}: pass another port=, or port=None to let the OS pick a free one.") from None
+    s.listen(256)
     return s
 
 def open_store(host:str, # address rank 0's store listens on
                world_size:int, # ranks that will join
                timeout:float=60, # seconds to wait for the other ranks
+               port:int|None=None, # None: a free port the OS picks
               ) -> int: # the port the store listens on
-    "On rank 0: start the rendezvous TCPStore on a free port of `host`"
+    "On rank 0: start the rendezvous TCPStore on `port` (or a free one) of `host`"
     close_store()
-    s = _listen(host)
+    s = _listen(host, port or 0)
     port = s.getsockname()[1]
     store = dist.TCPStore(host, port, world_size, True, timedelta(seconds=timeout), wait_for_workers=False, master_listen_fd=s.fileno())
     s.detach()  # the store owns the listening fd now and closes it when it goes

@@ -179,3 +179,17 @@ def test_bad_input_says_what_to_do():
         kern.kc.stop_channels(); kern.km.shutdown_kernel(now=True)
     time.sleep(1)
     assert {p.pid for p in ours()} - before == set(), "a failed start must not leave processes"
+
+
+def test_busy_port_says_what_to_do(no_leftovers):
+    "A rendezvous port someone else holds: a clear error, and no process left"
+    import socket
+    from ddp_nb import DDPCluster
+    s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(1)
+    try:
+        with pytest.raises(RuntimeError, match=rf"Port {s.getsockname()[1]} on 127.0.0.1 is in use.*port=None"):
+            DDPCluster(n=2, port=s.getsockname()[1]).start()
+    finally: s.close()
+    with DDPCluster(n=2, port=s.getsockname()[1]) as cl:   # the same port, now free, works, and again after a reform
+        assert cl.master_port == s.getsockname()[1]
+        cl.reform(); assert cl.check()
