@@ -186,10 +186,11 @@ def test_busy_port_says_what_to_do(no_leftovers):
     import socket
     from ddp_nb import DDPCluster
     s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(1)
+    port = s.getsockname()[1]
     try:
-        with pytest.raises(RuntimeError, match=rf"Port {s.getsockname()[1]} on 127.0.0.1 is in use.*port=None"):
-            DDPCluster(n=2, port=s.getsockname()[1]).start()
+        with pytest.raises(RuntimeError, match=rf"Port {port} on 127.0.0.1 is in use.*port=None"):
+            DDPCluster(n=2, port=port).start()
     finally: s.close()
-    with DDPCluster(n=2, port=s.getsockname()[1]) as cl:   # the same port, now free, works, and again after a reform
-        assert cl.master_port == s.getsockname()[1]
+    with DDPCluster(n=2, port=port) as cl:   # the same port, now free, works, and again after a reform
+        assert cl.master_port == port
         cl.reform(); assert cl.check()
