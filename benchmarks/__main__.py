@@ -5,7 +5,7 @@
 import argparse, time
 from pathlib import Path
 from benchmarks.common import machine, HERE
-from benchmarks import startup, throughput, cells, iteration, monitor, memory
+from benchmarks import startup, throughput, cells, iteration, monitor, memory, stopvote
 
 
 def main(argv=None):
@@ -21,6 +21,7 @@ def main(argv=None):
              startup.run(1, 2, 3) if f else startup.run(5, 2, 30),
              monitor.run(1, 0.3) if f else monitor.run(5, 3),
              memory.run(),
+             stopvote.run(1, 0.3, (3,)) if f else stopvote.run(5, 3),
              "### 7. GPU\n\nNot measured in this run: " + ("this machine has no GPU." if 'GPU: none' in machine() else "see the GPU notes.")]
     head = (f"Machine: {machine()}  \nCommand: `python -m benchmarks{' --fast' if f else ''}` "
             f"({time.time() - t0:.0f} s, {time.strftime('%Y-%m-%d')}). Only ratios carry across machines and runs.\n\n")

@@ -29,6 +29,25 @@ def mlp_steps(width: int, steps: int, seed: int = 0, warmup: int = 3, report_eve
     return dict(sps=steps / dt, digest=h.hexdigest())
 
 
+def loader_steps(width: int, steps: int, stoppable: bool, seed: int = 0) -> dict:
+    "Steps/s of the MLP of `mlp_steps` fed by a ShardedLoader, with or without its per-batch stop vote"
+    import torch, torch.nn as nn, torch.nn.functional as F, torch.distributed as dist
+    from torch.utils.data import TensorDataset
+    from ddp_nb.train import ShardedLoader, wrap_model
+    torch.manual_seed(seed)
+    m = wrap_model(nn.Sequential(nn.Linear(width, width), nn.ReLU(), nn.Linear(width, width), nn.ReLU(), nn.Linear(width, 10)))
+    opt = torch.optim.SGD(m.parameters(), lr=1e-3)
+    n = (steps + 3) * 64 * dist.get_world_size()
+    loader = ShardedLoader(TensorDataset(torch.randn(n, width), torch.randint(0, 10, (n,))), batch_size=64, stoppable=stoppable)
+    it = iter(loader)
+    for _ in range(3): x, y = next(it); F.cross_entropy(m(x), y).backward(); opt.step(); opt.zero_grad()  # warm-up
+    dist.barrier()
+    t0 = time.perf_counter()
+    for x, y in it: loss = F.cross_entropy(m(x), y); opt.zero_grad(); loss.backward(); opt.step()
+    dist.barrier()
+    return dict(sps=steps / (time.perf_counter() - t0))
+
+
 def digits_iteration(lr: float, steps: int = 10) -> float:
     "On a rank with a built digits job (ddp_nb.digits.job_start): set the lr, run `steps` steps; returns the last loss"
     import ddp_nb.digits as d, torch.nn.functional as F

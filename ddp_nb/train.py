@@ -8,7 +8,7 @@ __all__ = ['COMPRESSION', 'seed_everything', 'rng_state', 'set_rng_state', 'Resu
            'amp_dtype', 'autocast', 'grad_scaler', 'sync_context', 'accumulation_group', 'checkpoints', 'atomic_save',
            'save_checkpoint', 'CheckpointError', 'read_checkpoint', 'load_checkpoint', 'fit']
 
-# %% ../nbs/05_train.ipynb #6ae6d6d4
+# %% ../nbs/05_train.ipynb #36d24ee4
 import itertools, math, os, random, signal, threading, time, warnings
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
@@ -22,7 +22,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 from .engine import rank_info
 from .report import report
 
-# %% ../nbs/05_train.ipynb #da51c273
+# %% ../nbs/05_train.ipynb #0fdb1f02
 def seed_everything(seed:int=0, # the seed every rank starts from
                     per_rank:bool=False, # add the rank, for random streams that should differ between ranks
                     deterministic:bool=False, # also make torch use deterministic kernels (slower; errors on ops without one)
@@ -40,7 +40,7 @@ def seed_everything(seed:int=0, # the seed every rank starts from
     torch.backends.cudnn.benchmark = False
     return s
 
-# %% ../nbs/05_train.ipynb #6ba5178e
+# %% ../nbs/05_train.ipynb #7b7cfd92
 def rng_state() -> dict:
     "This rank's random generators (Python, numpy, torch CPU and CUDA) as tensors and plain types"
     v, keys, gauss = random.getstate()
@@ -65,7 +65,7 @@ def set_rng_state(st:dict, # from `rng_state`
         np.random.set_state((kind, mt.cpu().numpy().astype(np.uint32), pos, has_gauss, cached))
     if 'cuda' in st and torch.cuda.is_available(): torch.cuda.set_rng_state_all([t.cpu() for t in st['cuda']])
 
-# %% ../nbs/05_train.ipynb #fe1d33bf
+# %% ../nbs/05_train.ipynb #216b84d7
 class ResumableSampler(DistributedSampler):
     "`DistributedSampler` that can start part-way through an epoch: same order, minus the first `start` samples"
     def __init__(self, dataset, # the whole dataset
@@ -82,7 +82,7 @@ class ResumableSampler(DistributedSampler):
     def __iter__(self): return itertools.islice(super().__iter__(), self.start, None)
     def __len__(self): return self.num_samples - self.start
 
-# %% ../nbs/05_train.ipynb #e3d1958e
+# %% ../nbs/05_train.ipynb #263e43ad
 def per_rank_batch(batch_size:Optional[int]=None, # samples per rank per step
                    global_batch_size:Optional[int]=None, # samples per step over all ranks (batch_size × world_size)
                    world_size:int=1, # ranks
@@ -98,7 +98,7 @@ def per_rank_batch(batch_size:Optional[int]=None, # samples per rank per step
     if batch_size < 1: raise ValueError(f"batch_size={batch_size}: give at least 1 sample per rank.")
     return batch_size
 
-# %% ../nbs/05_train.ipynb #b03f0445
+# %% ../nbs/05_train.ipynb #a50219cb
 class StopRequested(KeyboardInterrupt):
     "Every rank stopped before the same batch because a stop was asked for: nothing lost, run the cell again to continue"
 
@@ -129,25 +129,39 @@ def control_group():
     return _ctrl['group']
 
 class StopVote:
-    "Per batch, one asynchronous all-reduce of 'stop?': every rank learns the outcome at the same batch"
-    def __init__(self): self.group, self.work, self.buf = control_group(), None, None
+    "About every `interval` s (the same batches on every rank), an asynchronous all-reduce of 'stop?', read one vote later"
+    def __init__(self, interval:float=0.1):
+        self.group, self.work, self.buf, self.interval = control_group(), None, None, interval
+        self.every, self.count, self.cast_after, self.t = 1, 0, 1, time.perf_counter()
+    def _cast(self):
+        now = time.perf_counter()
+        self.buf = torch.tensor([float(_stop['requested']), now - self.t], dtype=torch.float64)
+        self.t, self.cast_after, self.count = now, max(self.count, 1), 0
+        self.work = dist.all_reduce(self.buf, group=self.group, async_op=True)
     def _result(self) -> bool:
-        if self.group is None: return _stop['requested']
+        "Wait for the last vote; from its summed batch times every rank derives the same spacing of the next votes"
         if self.work is None: return False
         self.work.wait(); self.work = None
-        return self.buf.item() > 0
+        stop, secs = self.buf.tolist()
+        per_batch = secs / dist.get_world_size(self.group) / self.cast_after
+        self.every = max(1, min(1000, int(self.interval / max(per_batch, 1e-6))))
+        return stop > 0
     def __call__(self) -> bool:
-        "The outcome of the last vote, then cast this batch's vote; call once per batch on every rank"
+        "Call once per batch on every rank: True when the ranks agreed to stop (at the same batch on all of them)"
+        if self.group is None: return _stop['requested']
+        self.count += 1
+        if self.count < self.every: return False
         agreed = self._result()
-        if self.group is not None and not agreed:
-            self.buf = torch.tensor([float(_stop['requested'])])
-            self.work = dist.all_reduce(self.buf, group=self.group, async_op=True)
+        if not agreed: self._cast()
         return agreed
     def final(self) -> bool:
-        "At the end of the loop: one last vote, waited for, so a stop asked during the last batch is not lost"
-        return self() or self._result()
+        "At the end of the loop: one last vote, waited for, so a stop asked during the last batches is not lost"
+        if self.group is None: return _stop['requested']
+        if self._result(): return True
+        self._cast()
+        return self._result()
 
-# %% ../nbs/05_train.ipynb #31077c2e
+# %% ../nbs/05_train.ipynb #c2b94e06
 class ShardedLoader:
     "This rank's DataLoader over its shard: epochs advance by themselves (`set_epoch` done), resumable mid-epoch"
     def __init__(self, dataset, # the whole dataset: every rank gets its own shard
@@ -207,7 +221,7 @@ class ShardedLoader:
                                  f"or resume at an epoch boundary with load_checkpoint(..., exact=False).")
         self.epoch, self.batch = sd['epoch'], sd['batch']
 
-# %% ../nbs/05_train.ipynb #65ec691e
+# %% ../nbs/05_train.ipynb #e99e7ab1
 def _bf16_cpu_hook(process_group, bucket):
     "torch's bf16 compression hook (torch's own refuses to run without NCCL; gloo all-reduces bf16 fine)"
     from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import _compress_hook
@@ -229,7 +243,7 @@ def comm_hook(name:str, # 'fp16', 'bf16' or 'powersgd'
         return ps.PowerSGDState(process_group=None, matrix_approximation_rank=rank, start_powerSGD_iter=start_iter), ps.powerSGD_hook
     raise ValueError(f"compression={name!r}: use one of {COMPRESSION}, or None for full-precision all-reduces.")
 
-# %% ../nbs/05_train.ipynb #b912dcb3
+# %% ../nbs/05_train.ipynb #87e100d9
 def wrap_model(model:nn.Module, # the model, on any device
                sync_bn:bool=False, # convert BatchNorm to SyncBatchNorm (one GPU per rank only)
                compression:Optional[str]=None, # 'fp16', 'bf16' or 'powersgd' gradient compression, or None
@@ -267,7 +281,7 @@ def unwrap(model:nn.Module) -> nn.Module:
     "The module inside a DDP (or similar) wrapper"
     return getattr(model, 'module', model)
 
-# %% ../nbs/05_train.ipynb #8bf1e308
+# %% ../nbs/05_train.ipynb #60b592e9
 def amp_dtype(device:torch.device) -> torch.dtype:
     "The autocast type for `device`: fp16 on CUDA (with a GradScaler), bf16 on CPU"
     return torch.float16 if device.type == 'cuda' else torch.bfloat16
@@ -287,7 +301,7 @@ def grad_scaler(enabled:bool=True, # False: a scaler that does nothing
     on = enabled and dev.type == 'cuda' and (dtype or amp_dtype(dev)) == torch.float16
     return torch.amp.GradScaler(dev.type, enabled=on)
 
-# %% ../nbs/05_train.ipynb #fe1f6d65
+# %% ../nbs/05_train.ipynb #db18ddab
 def sync_context(model:nn.Module, # the DDP model (anything else: no-op)
                  sync:bool, # True on the micro-step whose backward should all-reduce
                 ):
@@ -304,7 +318,7 @@ def accumulation_group(i:int, # index of the micro-batch in the epoch
     size = min(k, n - g0)
     return size, i == g0 + size - 1
 
-# %% ../nbs/05_train.ipynb #4ca17679
+# %% ../nbs/05_train.ipynb #cc41e279
 def _barrier():
     if dist.is_initialized(): dist.barrier()
 
@@ -323,7 +337,7 @@ def _from_0(obj):
     box = [obj]; dist.broadcast_object_list(box, src=0)
     return box[0]
 
-# %% ../nbs/05_train.ipynb #f3fa5956
+# %% ../nbs/05_train.ipynb #954974eb
 def checkpoints(folder:Union[str, Path], # where `save_checkpoint` writes
                ) -> list: # paths, oldest first
     "The complete checkpoints in `folder`, oldest first (temporary files of interrupted saves excluded)"
@@ -361,7 +375,7 @@ def atomic_save(obj, # what to save (torch.save)
     finally: os.close(fd)
     return path
 
-# %% ../nbs/05_train.ipynb #23ff9533
+# %% ../nbs/05_train.ipynb #d3eb71fb
 def save_checkpoint(folder:Union[str, Path], # the run's checkpoint folder
                     model:nn.Module, # the model (DDP or not: the inner module is saved)
                     opt:Optional[torch.optim.Optimizer]=None, # its optimizer
@@ -388,7 +402,7 @@ def save_checkpoint(folder:Union[str, Path], # the run's checkpoint folder
     if err: raise RuntimeError(f"Saving the checkpoint {path} failed on rank 0: {err}. The previous checkpoints are intact.")
     return path
 
-# %% ../nbs/05_train.ipynb #9293ef80
+# %% ../nbs/05_train.ipynb #30a49711
 class CheckpointError(ValueError):
     "A checkpoint that cannot be used here; the message says why and what to do"
 
@@ -414,7 +428,7 @@ def _newest_readable(folder:Path) -> tuple:
         except CheckpointError as e: warnings.warn(f"{e} Using the checkpoint before it.")
     return None, None
 
-# %% ../nbs/05_train.ipynb #79ad691f
+# %% ../nbs/05_train.ipynb #2c07fe99
 def load_checkpoint(src:Union[str, Path], # a checkpoint file, or a folder (its newest readable checkpoint)
                     model:nn.Module, # the model to load into (DDP or not)
                     opt:Optional[torch.optim.Optimizer]=None, # its optimizer
@@ -451,7 +465,7 @@ def load_checkpoint(src:Union[str, Path], # a checkpoint file, or a folder (its 
     return dict(step=state['step'], epoch=state['loader']['epoch'] if state.get('loader') else None, path=Path(path),
                 extra=state['extra'], rank_state=mine['state'])
 
-# %% ../nbs/05_train.ipynb #6ae51c65
+# %% ../nbs/05_train.ipynb #27989db9
 def fit(model:nn.Module, # the DDP-wrapped model
         loader:ShardedLoader, # this rank's loader
         opt:torch.optim.Optimizer, # the optimizer
