@@ -181,9 +181,10 @@ def test_bad_input_says_what_to_do():
     assert {p.pid for p in ours()} - before == set(), "a failed start must not leave processes"
 
 
-def test_busy_port_says_what_to_do(no_leftovers):
+def test_busy_port_says_what_to_do():
     "A rendezvous port someone else holds: a clear error, and no process left"
     import socket
+    before = {p.pid for p in ours()}  # the module's kernel and its cluster may still be running (module-scoped fixture)
     from ddp_nb import DDPCluster
     s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(1)
     port = s.getsockname()[1]
@@ -194,3 +195,5 @@ def test_busy_port_says_what_to_do(no_leftovers):
     with DDPCluster(n=2, port=port) as cl:   # the same port, now free, works, and again after a reform
         assert cl.master_port == port
         cl.reform(); assert cl.check()
+    time.sleep(1)
+    assert {p.pid for p in ours()} - before == set(), "left behind"
