@@ -4,7 +4,7 @@
 
 # %% ../nbs/01_cluster.ipynb #585762a4
 from __future__ import annotations
-import logging, os, secrets, socket, tempfile, threading, time
+import logging, os, secrets, shlex, socket, subprocess, sys, tempfile, threading, time
 from collections import namedtuple
 from multiprocessing.util import Finalize
 import psutil
@@ -12,7 +12,8 @@ import ipyparallel as ipp
 from .core import *
 
 # %% auto #0
-__all__ = ['Rank', 'local_gpus', 'local_cpus', 'cluster_procs', 'kill_procs', 'stop_orphans', 'DDPCluster', 'stack_file']
+__all__ = ['Rank', 'ENGINE_MAIN', 'local_gpus', 'local_cpus', 'local_ipv4', 'probe_host', 'cluster_procs', 'kill_procs',
+           'stop_orphans', 'DDPCluster', 'stack_file']
 
 # %% ../nbs/01_cluster.ipynb #2dcda6e5
 def local_gpus() -> int:
@@ -24,6 +25,32 @@ def local_gpus() -> int:
 def local_cpus() -> int:
     "Cores this process may run on"
     return len(os.sched_getaffinity(0))
+
+def local_ipv4() -> dict:
+    "{interface: [IPv4 addresses]} of this host"
+    return {k: [a.address for a in v if a.family == socket.AF_INET] for k, v in psutil.net_if_addrs().items()}
+
+def _ssh_target(host:str) -> tuple:
+    "('user@name', port or None) from ipyparallel's 'user@name:port' host syntax"
+    user, _, rest = host.rpartition('@')
+    name, _, port = rest.partition(':')
+    return (f"{user}@{name}" if user else name), (port or None)
+
+def probe_host(host:str, # 'name', 'user@name' or 'user@name:port', as ipyparallel's ssh launcher takes it
+               ssh:list|None=None, # the ssh command and its arguments; None: ['ssh']
+               timeout:float=30, # seconds for the answer
+              ) -> tuple: # (GPUs, cores) on that host
+    "GPUs and cores of another host, read over ssh with a shell one-liner (no Python needed there)"
+    target, port = _ssh_target(host)
+    cmd = list(ssh or ['ssh']) + (['-p', port] if port else []) + [target, 'ls /proc/driver/nvidia/gpus 2>/dev/null | wc -l; nproc']
+    try: r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired: r = None
+    if r is None or r.returncode or len(r.stdout.split()) < 2:
+        why = f'no answer within {timeout:g}s' if r is None else f"exit status {r.returncode}: {(r.stderr or r.stdout).strip()[-300:]}"
+        raise RuntimeError(f"Could not count the GPUs of host {host} over ssh ({why}). Check that `{shlex.join(cmd[:-1])} true` works "
+                           "without a password prompt, or pass n= engines per host (or hosts={host: engines}).")
+    gpus, cpus = map(int, r.stdout.split()[-2:])
+    return gpus, cpus
 
 # %% ../nbs/01_cluster.ipynb #1b907cdd
 def _cluster_of(p:psutil.Process) -> str|None:
@@ -63,23 +90,24 @@ def _polite_stop(cluster, rc):
     try:
         if rc is not None: rc.shutdown(hub=True, block=True)
     except Exception: pass
-    try: cluster.stop_cluster_sync()
+    try:
+        if cluster is not None: cluster.stop_cluster_sync()
     except Exception: pass
     if rc is not None:
         try: rc.close()
         except Exception: pass
 
-def _stop_ipp(cluster, # the ipyparallel Cluster
-              cluster_id:str, # its id, to find what is left
+def _stop_ipp(cluster, # the ipyparallel Cluster (None: only what `rc` can reach)
+              cluster_id:str|None, # its id, to find what is left on this host
               rc=None, # a connected Client, if any
               patience:float=5., # seconds the polite stop may take before processes are killed
              ):
     "Stop an ipyparallel cluster quietly and leave none of its processes, even if an engine cannot answer"
     t = threading.Thread(target=_polite_stop, args=(cluster, rc), daemon=True, name='ddp_nb-stop')
     t.start(); t.join(patience)  # a stopped or GIL-stuck engine never answers shutdown: don't wait for it forever
-    kill_procs(cluster_procs(cluster_id), grace=0.5)  # mostly the nannies, which take ~1.5 s to honour SIGTERM
+    if cluster_id: kill_procs(cluster_procs(cluster_id), grace=0.5)  # mostly the nannies, which take ~1.5 s to honour SIGTERM
     try: os.remove(cluster.cluster_file)
-    except OSError: pass
+    except (OSError, AttributeError, TypeError): pass
 
 def stop_orphans(everything:bool=False, # also stop clusters whose owner is alive
                  ipython_dir:str|None=None, # only clusters whose processes run with this IPYTHONDIR
@@ -101,27 +129,78 @@ Rank = namedtuple('Rank', 'rank engine_id host pid local_rank device')
 class DDPCluster:
     "An ipyparallel cluster with one engine per rank and torch.distributed set up on every engine"
     def __init__(self,
-                 n:int|None=None, # engines; None: one per visible GPU, or 2 CPU engines without GPUs
+                 n:int|None=None, # engines (on each host, with `hosts`); None: one per visible GPU, or 2 CPU engines without GPUs
                  backend:str|None=None, # 'nccl' or 'gloo'; None: nccl with GPUs, gloo without
                  timeout:float=60, # seconds for the process group to form, and for each collective
                  threads:int|None=None, # intra-op threads per rank; None: the host's cores split between its ranks
-                 engines:str='local', # ipyparallel engine launcher ('local', 'ssh', 'slurm', 'mpi', ...)
+                 engines:str='local', # ipyparallel engine launcher: 'local', 'ssh', 'slurm', 'mpi' (or another of ipyparallel's)
+                 hosts=None, # 'ssh'/'mpi': host names, or {host: engines}; 'slurm': the number of nodes
+                 ifname:str|None=None, # across hosts: the interface for gloo/nccl, MASTER_ADDR and the controller; None: the routed one
+                 env:dict|None=None, # environment for engines on other hosts (ssh and batch jobs don't pass this one's), e.g. PYTHONPATH
                  heartbeat_ms:int=200, # controller heartbeat period: engines register after one beat
                  start_timeout:float=120, # seconds to wait for the engines to register
                  persistent:bool=False, # keep running after this process ends (`ddp_nb list` finds it, `ddp_nb stop ID` ends it)
                  port:int|None=None, # rendezvous port on rank 0's host; None: a free one (fix it for a firewall)
-                 **ipp_kwargs, # passed on to `ipyparallel.Cluster`; the controller listens on 127.0.0.1 unless you pass `controller_ip`
+                 **ipp_kwargs, # passed on to `ipyparallel.Cluster` (config=, controller_ip=, ...); local engines: the controller stays on 127.0.0.1
                 ):
-        n_gpus = local_gpus()
-        self.backend = pick_backend(n_gpus, backend)
-        self.n = engine_count(n, n_gpus, local_cpus(), self.backend)
         if timeout <= 0: raise ValueError(f"timeout={timeout!r}: pass a positive number of seconds.")
-        self.timeout, self.threads, self.engines = timeout, threads, engines
-        self.heartbeat_ms, self.start_timeout, self.ipp_kwargs = heartbeat_ms, start_timeout, ipp_kwargs
-        self.persistent, self.port = persistent, port
-        self.cluster_id, self.start_time = None, None
+        self.timeout, self.threads, self.engines, self.hosts, self.ifname = timeout, threads, engines, hosts, ifname
+        self.env, self.heartbeat_ms, self.start_timeout, self.ipp_kwargs = dict(env or {}), heartbeat_ms, start_timeout, ipp_kwargs
+        self.persistent, self.port, self.per_host, self.attached = persistent, port, n, False
+        self.cluster_id = self.start_time = self.master_addr = self.master_port = None
         self._ipp = self._rc = self._view = self._fin = self._collector = None
-        self._plan = []
+        self._plan, self._me = [], host_identity()
+        if engines == 'local':
+            if hosts is not None: raise ValueError(f"hosts={hosts!r} needs engines='ssh', 'slurm' or 'mpi': local engines run on this host only.")
+            n_gpus = local_gpus()
+            self.backend = pick_backend(n_gpus, backend)
+            self.n = engine_count(n, n_gpus, local_cpus(), self.backend)
+        else:  # the engines' GPUs are known once they register (or, with ssh, once the hosts are asked)
+            self.backend = pick_backend(1, backend) if backend else None
+            self.n = _remote_count(engines, hosts, n)
+            self.ipp_kwargs.update(_controller_ip(engines, hosts, ifname, ipp_kwargs))
+
+# %% ../nbs/01_cluster.ipynb #3d8f61d3
+def _remote_count(engines, # the launcher's name
+                  hosts, # as DDPCluster takes it
+                  n:int|None, # engines per host (the total for launchers without hosts)
+                 ) -> int|None: # engines in all; None until the ssh hosts were asked for their GPUs
+    "How many engines a launcher for other hosts starts, or an error that says what to pass"
+    if n is not None: engine_count(n, 0, 1, 'gloo')  # an int >= 1, or a clear error
+    if engines == 'attached': return n
+    if engines == 'ssh':
+        if not hosts: raise ValueError("engines='ssh' needs hosts=['node1', 'node2'] (or {'node1': 4, 'node2': 4}): the hosts ssh starts engines on.")
+        if isinstance(hosts, dict) or n: return sum(engines_per_host(hosts, n).values())
+        engines_per_host(hosts, 1)  # names checked now; counts once the hosts told their GPUs
+        return None
+    if engines == 'slurm':
+        nodes = 1 if hosts is None else hosts
+        if not isinstance(nodes, int) or isinstance(nodes, bool) or nodes < 1:
+            raise ValueError(f"engines='slurm': hosts={hosts!r} is the number of nodes, an int >= 1 (Slurm picks the nodes).")
+        if n is None: raise ValueError("engines='slurm' cannot look at the nodes before the job runs: pass n= engines per node "
+                                       "(one per GPU you ask Slurm for).")
+        return nodes * n
+    if engines == 'mpi' and hosts is not None:
+        if n is None and not isinstance(hosts, dict):
+            raise ValueError("engines='mpi' cannot look at the hosts before mpiexec runs: pass n= engines per host, or hosts={host: engines}.")
+        return sum(engines_per_host(hosts, n).values())
+    if hosts is not None: raise ValueError(f"hosts= works with engines='ssh', 'slurm' or 'mpi'; with engines={engines!r} configure the hosts "
+                                           "in ipyparallel's launcher (config=) and pass n= the total.")
+    if engines == 'mpi': return engine_count(n, local_gpus(), local_cpus(), 'gloo')  # mpiexec on this host only
+    if n is None: raise ValueError(f"engines={engines!r}: pass n= the total number of engines.")
+    return n
+
+def _controller_ip(engines, hosts, ifname:str|None, kw:dict) -> dict:
+    "Where the controller listens when engines run elsewhere: what you said, this host's address on `ifname`, or on its route to the ssh hosts"
+    if 'controller_ip' in kw or engines in ('local', 'attached') or (engines == 'mpi' and hosts is None): return {}
+    if ifname and local_ipv4().get(ifname): return dict(controller_ip=local_ipv4()[ifname][0])
+    if engines == 'ssh':
+        srcs = {route_source(_ssh_target(h)[0].rpartition('@')[2]) for h in hosts} - {None}
+        far = {s for s in srcs if not s.startswith('127.')}
+        if len(far) == 1 or (srcs and not far and len(srcs) == 1): return dict(controller_ip=(far or srcs).pop())
+    raise ValueError(f"engines={engines!r} runs engines on other hosts, and they must reach this notebook's controller: pass controller_ip= "
+                     "this machine's address on the network the hosts share (or ifname= that interface). ddp_nb never makes the controller "
+                     "listen on every interface by itself (controller_ip='*' does that, on a private network only).")
 
 # %% ../nbs/01_cluster.ipynb #1e4f1a63
 def _engine(fn:str, *args, **kwargs):
@@ -150,6 +229,8 @@ def _gather(ars:dict, # rank -> AsyncResult
     return {r: ar.get() for r, ar in ars.items()}
 
 # %% ../nbs/01_cluster.ipynb #bc3e094d
+ENGINE_MAIN = 'from ddp_nb.engine_main import main; main()'
+
 @patch
 def _ipp_cluster(self:DDPCluster) -> ipp.Cluster:
     "The ipyparallel Cluster behind this DDPCluster, quiet and quick to register engines"
@@ -171,17 +252,56 @@ def _ipp_cluster(self:DDPCluster) -> ipp.Cluster:
     if 'controller_cmd' not in cfg.LocalControllerLauncher: cfg.LocalControllerLauncher.controller_cmd = CONTROLLER_CMD
     if self.engines == 'local' and 'engine_cmd' not in cfg.LocalEngineSetLauncher: cfg.LocalEngineSetLauncher.engine_cmd = ENGINE_CMD
     cfg.LocalEngineLauncher.poll_seconds = 1  # how an engine died reaches us within a second (see faults._watch_exits)
+    if self.engines != 'local': self._remote_config(cfg)
     return ipp.Cluster(n=self.n, cluster_id=self.cluster_id, engines=self.engines, controller_args=args,
                        engine_timeout=int(self.start_timeout), **kw)
+
+@patch
+def _remote_config(self:DDPCluster, cfg):
+    "Configure ipyparallel's launcher for engines on other hosts: the hosts, their engine counts, the command, the environment"
+    from ipyparallel.cluster.launcher import find_launcher_class
+    cls = self.engines if isinstance(self.engines, type) else find_launcher_class(self.engines, 'engine')
+    sec = cfg[cls.__name__]
+    if self.env: sec.environment = {**self.env, **sec.get('environment', {})}
+    if self.engines == 'ssh':
+        sec.engines = self._per_host
+        py = sec.get('remote_python') or cfg.SSHLauncher.get('remote_python') or sys.executable  # same path there (a shared venv)
+        sec.remote_python = py
+        if 'engine_cmd' not in sec: sec.engine_cmd = [py, '-c', ENGINE_MAIN]
+        return
+    if self.engines == 'slurm' and 'batch_template' not in sec and 'batch_template_file' not in sec:
+        sec.batch_template = slurm_script(self.hosts or 1, self.per_host)
+    if self.engines == 'mpi' and self.hosts is not None:
+        sec.mpi_args = mpi_host_args(engines_per_host(self.hosts, self.per_host)) + list(sec.get('mpi_args', []))
+    if self.engines in ('slurm', 'mpi') and 'engine_cmd' not in sec: sec.engine_cmd = [sys.executable, '-c', ENGINE_MAIN]
+
+@patch
+def _ssh_hosts(self:DDPCluster) -> dict:
+    "{host: engines} for engines='ssh': `n` on each, or one per GPU the host reports (asked over ssh, all hosts at once)"
+    from concurrent.futures import ThreadPoolExecutor
+    if isinstance(self.hosts, dict) or self.per_host: return engines_per_host(self.hosts, self.per_host)
+    cfg = (self.ipp_kwargs.get('config') or {})
+    sec = lambda name: cfg.get(name, {}) if hasattr(cfg, 'get') else {}
+    ssh = list(sec('SSHEngineSetLauncher').get('ssh_cmd') or sec('SSHLauncher').get('ssh_cmd') or ['ssh'])
+    ssh += list(sec('SSHEngineSetLauncher').get('ssh_args') or sec('SSHLauncher').get('ssh_args') or [])
+    with ThreadPoolExecutor(min(16, len(self.hosts))) as ex: found = dict(zip(self.hosts, ex.map(lambda h: probe_host(h, ssh), self.hosts)))
+    gpus = {h: g for h, (g, _) in found.items()}
+    if self.backend is None: self.backend = pick_backend(min(gpus.values()))
+    return engines_per_host(self.hosts, None, gpus, {h: c for h, (_, c) in found.items()}, self.backend)
 
 # %% ../nbs/01_cluster.ipynb #f53d0812
 @patch
 def start(self:DDPCluster) -> DDPCluster:
     "Start the engines, map them to ranks, form and check the process group, and activate `%%px`"
+    if self.attached: raise RuntimeError("This cluster was attached, not started by ddp_nb: call DDPCluster.attach(...) again to use its engines.")
     if self._ipp is not None:
         raise RuntimeError(f"This cluster ({self.cluster_id}) is already started: use it, or call cl.stop() first.")
     t0 = time.monotonic()
     self.cluster_id = make_cluster_id(os.getpid(), secrets.token_hex(3))
+    self._plan = []
+    if self.engines == 'ssh':
+        self._per_host = self._ssh_hosts()
+        self.n = sum(self._per_host.values())
     self._ipp = self._ipp_cluster()
     if not self.persistent:  # a persistent cluster outlives this process
         self._fin = Finalize(self, _stop_ipp, args=(self._ipp, self.cluster_id), exitpriority=10)
@@ -201,24 +321,39 @@ def stack_file(cluster_id:str, rank:int) -> str:
     "Where a rank writes its Python stacks when asked (`cl.where()`)"
     return os.path.join(tempfile.gettempdir(), f"{cluster_id}-stack-{rank}.txt")
 
+def _controller_addr(rc) -> str|None:
+    "The address this client reaches the controller at"
+    try:
+        from urllib.parse import urlparse
+        return urlparse(rc._config['interface']).hostname
+    except Exception: return None
+
 @patch
 def _form_group(self:DDPCluster,
                 fixed:dict|None=None, # engine id -> rank for engines that keep their rank (see `restart`)
+                ids:list|None=None, # the engines to use; None: those of the current plan, or every registered engine at start
                ):
-    "Map engines to ranks, give each its torchrun environment, and form the checked process group"
+    "Map engines to ranks (by host), give each its torchrun environment, and form the checked process group"
     rc = self._rc
-    ids = sorted(rc.ids)
-    infos = _gather({i: rc[i].apply_async(_engine, 'engine_info') for i in ids}, 'Reading engine facts', self.start_timeout)
-    self._plan = plan = plan_ranks([dict(engine_id=i, **infos[i]) for i in ids], fixed)
+    if ids is None and self._plan:  # re-forming (reform, after a script): the same engines keep their ranks, spares stay out
+        ids, fixed = [p['engine_id'] for p in self._plan], {p['engine_id']: p['rank'] for p in self._plan} if fixed is None else fixed
+    ids = sorted(rc.ids if ids is None else ids)
+    peer = _controller_addr(rc)
+    infos = _gather({i: rc[i].apply_async(_engine, 'engine_info', peer) for i in ids}, 'Reading engine facts', self.start_timeout)
+    engines = label_hosts([dict(engine_id=i, **infos[i]) for i in ids], first_key=self._me)
+    mine = next((e['host'] for e in engines if e['host_key'] == self._me), None)  # rank 0 on this host when it runs engines
+    self._plan = plan = plan_ranks(engines, fixed, first_host=mine)
+    if self.backend is None: self.backend = pick_backend(min(p['n_gpus'] for p in plan))
     check_gpus(plan, self.backend)
     loop = single_host(plan)
-    addr = '127.0.0.1' if loop else plan[0]['host']
+    if not loop: check_ifname(plan, self.ifname)
+    addr = '127.0.0.1' if loop else master_address(plan[0], None if self.ifname else self._route_from_rank0(), self.ifname)
     r0 = rc[plan[0]['engine_id']]
     port = _gather({0: r0.apply_async(_engine, 'open_store', addr, len(plan), self.timeout, self.port)},
                    'Opening the rendezvous store', self.timeout)[0]
     def threads(p): return self.threads or threads_per_rank(p['n_cpus'], p['local_world_size'])
-    _gather({p['rank']: rc[p['engine_id']].apply_async(_engine, 'setup_rank', p, torchrun_env(p, addr, port), threads(p), self.backend, loop)
-             for p in plan}, 'Setting up ranks', self.timeout)
+    _gather({p['rank']: rc[p['engine_id']].apply_async(_engine, 'setup_rank', p, torchrun_env(p, addr, port), threads(p), self.backend,
+                                                        loop, self.ifname) for p in plan}, 'Setting up ranks', self.timeout)
     _gather({p['rank']: rc[p['engine_id']].apply_async(_engine, 'init_group', addr, port, self.timeout) for p in plan},
             'Forming the process group', self.timeout + 10)
     self.master_addr, self.master_port = addr, port
@@ -227,6 +362,19 @@ def _form_group(self:DDPCluster,
     self._view.execute("import ddp_nb.engine as _ddp_nb_engine; globals().update(_ddp_nb_engine.namespace())")
     for p in plan: rc[p["engine_id"]].apply_async(_engine, "faults.install_stack_dump", stack_file(self.cluster_id, p["rank"]))
     self._watch_exits()  # how an engine died, for error messages (see faults)
+
+@patch
+def _route_from_rank0(self:DDPCluster) -> str|None:
+    "The address rank 0 uses to reach the first rank on another host (None if no other host told its address)"
+    plan = self._plan
+    far = [p['addr'] for p in plan if p['host'] != plan[0]['host'] and p.get('addr') and not p['addr'].startswith('127.')]
+    if not far: return None
+    return _gather({0: self._rc[plan[0]['engine_id']].apply_async(_engine, 'route_source', far[0])}, "Finding rank 0's address", self.timeout)[0]
+
+@patch
+def is_local(self:DDPCluster, rank:int) -> bool:
+    "Whether `rank` runs on this notebook's host (same hostname, network namespace and boot): its pid means something here"
+    return self._plan[rank].get('host_key', self._me) == self._me
 
 # %% ../nbs/01_cluster.ipynb #918a35ef
 @patch
@@ -243,10 +391,18 @@ def reform(self:DDPCluster) -> DDPCluster:
 def _start_monitor(self:DDPCluster):
     "Start the kernel's collector and connect every rank's reporter to it"
     from ddp_nb.dashboard import Collector
-    host = '127.0.0.1' if single_host(self._plan) else socket.gethostbyname(socket.gethostname())
-    self._collector = Collector(host)
+    self._collector = Collector(self._collector_host())
     _gather({p['rank']: self._rc[p['engine_id']].apply_async(_engine, 'report.connect', self._collector.addr, p['rank'])
              for p in self._plan}, 'Connecting the ranks to the dashboard', self.timeout)
+
+@patch
+def _collector_host(self:DDPCluster) -> str:
+    "Where the kernel's collector listens: loopback while every rank is on this host, else this host's address the ranks reach"
+    far = [p for p in self._plan if p.get('host_key', self._me) != self._me]
+    if not far: return '127.0.0.1'
+    if self.ifname and local_ipv4().get(self.ifname): return local_ipv4()[self.ifname][0]
+    src = route_source(far[0].get('addr'))  # the address this kernel's packets to that host leave from
+    return src if src and not src.startswith('127.') else socket.gethostbyname(socket.gethostname())
 
 @patch
 def _task_status(self:DDPCluster) -> dict:
@@ -308,12 +464,36 @@ def world_size(self:DDPCluster) -> int:
     "Number of ranks"
     return len(self._plan) or self.n
 
+# %% ../nbs/01_cluster.ipynb #369675f1
+@patch
+def network(self:DDPCluster) -> list[dict]:
+    "What this cluster listens on, and where: the controller, rank 0's rendezvous store, gloo/nccl on each host, the dashboard collector"
+    self._live()
+    plan, mine = self._plan, {ip for ips in local_ipv4().values() for ip in ips}
+    here = next((p['host'] for p in plan if p.get('host_key') == self._me), f"this notebook ({socket.gethostname()})")
+    try: nets = _gather({p['rank']: self._rc[p['engine_id']].apply_async(_engine, 'net_info') for p in plan}, 'Reading interfaces', 5)
+    except RuntimeError: nets = {}  # busy ranks: their interfaces are not asked
+    ctl = _controller_addr(self._rc)
+    rows = [dict(what='ipyparallel controller (several ports; engines and this notebook connect)', host=here if ctl in mine else ctl, address=ctl),
+            dict(what='rendezvous store, rank 0 (every rank connects)', host=plan[0]['host'], address=f"{self.master_addr}:{self.master_port}")]
+    for h in dict.fromkeys(p['host'] for p in plan):
+        p = next(q for q in plan if q['host'] == h)
+        ifn = nets.get(p['rank'], {}).get('GLOO_SOCKET_IFNAME')
+        addr = '/'.join(p.get('addrs', {}).get(ifn, [])) if ifn else ''
+        rows.append(dict(what=f"{self.backend} between ranks (random ports)", host=h, address=f"{ifn or 'not set'} {addr}".strip()))
+    if self._collector is not None:
+        rows.append(dict(what='dashboard collector (every rank connects)', host=here, address=self._collector.addr.replace('tcp://', '')))
+    return rows
+
 # %% ../nbs/01_cluster.ipynb #5b2216b8
 @patch
 def __repr__(self:DDPCluster) -> str:
     "A small table of the ranks"
     state = 'running' if self._view is not None else ('stopped' if self.cluster_id else 'not started')
-    head = f"DDPCluster({self.world_size} ranks, {self.backend}, {state}" + (f", id {self.cluster_id})" if self.cluster_id else ")")
+    how = '' if self.engines == 'local' else f", engines={self.engines!r}"
+    n = '?' if self.world_size is None else self.world_size
+    head = (f"DDPCluster({n} ranks, {self.backend or 'backend chosen when engines register'}{how}, {state}"
+            + (f", id {self.cluster_id})" if self.cluster_id else ")"))
     if self._view is None: return head
     rows = [f"{'rank':>4} {'engine':>6} {'host':<20} {'pid':>8} {'local':>5} device"]
     rows += [f"{r.rank:>4} {r.engine_id:>6} {r.host[:20]:<20} {r.pid:>8} {r.local_rank:>5} {r.device}" for r in self.ranks]
@@ -331,17 +511,29 @@ def _deactivate(self:DDPCluster):
         raise RuntimeError(f"The DDPCluster behind %px/%rank ({self.cluster_id}) was stopped: start a new one with cl.start().")
     for name in ('px', 'rank'): ip.register_magic_function(gone, 'line_cell', name)
 
+def _release(rc, plan:list, timeout:float=5):
+    "Let go of an attached cluster's engines: their process group, store and reporter end; the engines stay for the next attach"
+    try:
+        ars = {p['rank']: rc[p['engine_id']].apply_async(_engine, 'release') for p in plan if p['engine_id'] in rc.ids}
+        _gather(ars, 'Releasing the ranks', timeout)
+    except Exception: pass  # a dead or stuck rank: nothing to release there
+    try: rc.close()
+    except Exception: pass
+
 @patch
-def stop(self:DDPCluster):
-    "Stop every engine and the controller, leaving no process behind; `cl.history` stays readable"
-    if self._ipp is None: return
+def stop(self:DDPCluster,
+         shutdown:bool=False, # for an attached cluster: also end its engines and controller (by default they keep running)
+        ):
+    "Stop every engine and the controller, leaving no process behind (an attached cluster is only let go); `cl.history` stays readable"
+    if self._ipp is None and self._rc is None: return
     rc, cluster, col = self._rc, self._ipp, self._collector
     self._view = None
     try:
         if col is not None: col.listeners.clear()
-        _stop_ipp(cluster, self.cluster_id, rc)
+        if self.attached and not shutdown: _release(rc, self._plan)
+        else: _stop_ipp(cluster, self.cluster_id if not self.attached or cluster is not None else None, rc)
     except BaseException:  # interrupted mid-stop: still leave nothing behind
-        kill_procs(cluster_procs(self.cluster_id), grace=0.2)
+        if not self.attached: kill_procs(cluster_procs(self.cluster_id), grace=0.2)
         raise
     finally:
         if col is not None: col.close(); self._history = col.history
@@ -350,9 +542,58 @@ def stop(self:DDPCluster):
         self._deactivate()
 
 @patch
-def __enter__(self:DDPCluster): return self if self._ipp is not None else self.start()
+def __enter__(self:DDPCluster): return self if self._rc is not None else self.start()
 @patch
 def __exit__(self:DDPCluster, *exc): self.stop()
+
+# %% ../nbs/01_cluster.ipynb #b4bc3aca
+def _attach(cls,
+           url_file:str|None=None, # the controller's client connection file (ipcontroller-client.json), or None: find it
+           cluster_id:str|None=None, # the cluster's id (`ipcluster start --cluster-id=...`); None: the profile's default cluster
+           profile_dir:str|None=None, # the ipyparallel profile directory it runs in
+           profile:str|None=None, # or the profile name
+           n:int|None=None, # wait until this many engines registered; None: use those registered now
+           backend:str|None=None, # 'nccl' or 'gloo'; None: nccl if every engine sees a GPU, gloo otherwise
+           timeout:float=60, # seconds for the process group to form, and for each collective
+           threads:int|None=None, # intra-op threads per rank; None: each host's cores split between its ranks
+           ifname:str|None=None, # across hosts: the interface for gloo/nccl and MASTER_ADDR; None: the routed one
+           port:int|None=None, # rendezvous port on rank 0's host; None: a free one
+           wait:float=120, # seconds to wait for the engines
+          ) -> DDPCluster:
+    "Use a cluster someone already started (ipcluster, a Slurm job, engines started by hand): map its engines to ranks and set up DDP"
+    cl = cls(n=n, backend=backend, timeout=timeout, threads=threads, engines='attached', ifname=ifname, port=port, start_timeout=wait)
+    cl.attached, t0 = True, time.monotonic()
+    try:
+        if url_file is None:
+            try:
+                cl._ipp = ipp.Cluster.from_file(profile=profile, profile_dir=profile_dir, cluster_id=cluster_id or '', log_level=logging.ERROR)
+                cl._rc = cl._ipp.connect_client_sync()
+            except FileNotFoundError:  # a controller started without ipcluster: its connection file is enough
+                cl._ipp = None
+                cl._rc = ipp.Client(profile=profile, profile_dir=profile_dir, cluster_id=cluster_id or None)
+        else: cl._rc = ipp.Client(url_file=url_file)
+        cl.cluster_id = cluster_id or f"attached-{secrets.token_hex(3)}"
+        cl._wait_for_engines(n, wait)
+        cl._form_group()
+        cl._start_monitor()
+        cl._activate()
+    except BaseException:
+        cl.stop()
+        raise
+    cl.start_time = time.monotonic() - t0
+    return cl
+
+DDPCluster.attach = classmethod(_attach)
+
+@patch
+def _wait_for_engines(self:DDPCluster, n:int|None, wait:float):
+    "Wait until `n` engines registered (or at least one, with n=None)"
+    deadline = time.monotonic() + wait
+    while len(self._rc.ids) < (n or 1):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"Only {len(self._rc.ids)} engine(s) registered within {wait:g}s, {n or 1} expected: start them "
+                               "(`ipengine --file=ipcontroller-engine.json`, or your Slurm job), or pass a smaller n=.")
+        time.sleep(0.1)
 
 # %% ../nbs/01_cluster.ipynb #da19b2bb
 def _ipython():

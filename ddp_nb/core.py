@@ -8,8 +8,9 @@ import operator, re
 
 # %% auto #0
 __all__ = ['BACKENDS', 'CLUSTER_PREFIX', 'patch', 'pick_backend', 'engine_count', 'visible_gpus', 'threads_per_rank',
-           'plan_ranks', 'check_gpus', 'torchrun_env', 'rank_device', 'single_host', 'parse_ranks', 'make_cluster_id',
-           'cluster_owner']
+           'plan_ranks', 'check_gpus', 'torchrun_env', 'rank_device', 'single_host', 'host_identity', 'route_source',
+           'label_hosts', 'iface_of', 'master_address', 'check_ifname', 'engines_per_host', 'slurm_script',
+           'mpi_host_args', 'parse_ranks', 'make_cluster_id', 'cluster_owner']
 
 # %% ../nbs/00_core.ipynb #41e60d21
 def patch(f=None, *, as_prop:bool=False):
@@ -72,12 +73,13 @@ def threads_per_rank(n_cpus:int, # cores usable on the host
 # %% ../nbs/00_core.ipynb #9cdc9e53
 def plan_ranks(engines:list[dict], # one dict per engine, with at least 'engine_id' and 'host'
                fixed:dict|None=None, # engine id -> rank for engines that keep their rank (after a restart)
+               first_host:str|None=None, # the host whose engines get the lowest ranks (rank 0 there); None: by name
               ) -> list[dict]: # the same dicts plus rank, local_rank, group_rank, world_size, local_world_size, by rank
     "Give every engine a rank (by host, then engine id; `fixed` ones keep theirs) and a local rank within its host"
     if not engines: raise ValueError("No engines to plan ranks for: the cluster has no registered engines.")
     fixed = {k: v for k, v in (fixed or {}).items() if any(e['engine_id'] == k for e in engines)}
     free = sorted(set(range(len(engines))) - set(fixed.values()))
-    others = sorted((e for e in engines if e['engine_id'] not in fixed), key=lambda e: (e['host'], e['engine_id']))
+    others = sorted((e for e in engines if e['engine_id'] not in fixed), key=lambda e: (e['host'] != first_host, e['host'], e['engine_id']))
     rank_of = {**fixed, **{e['engine_id']: r for e, r in zip(others, free)}}
     by_rank = sorted(engines, key=lambda e: rank_of[e['engine_id']])
     hosts = list(dict.fromkeys(e['host'] for e in by_rank))  # in order of their first rank
@@ -118,6 +120,115 @@ def rank_device(backend:str, # process-group backend
 def single_host(plan:list[dict]) -> bool:
     "True when every rank runs on one host, so rendezvous and gloo can stay on loopback"
     return len({p['host'] for p in plan}) == 1
+
+# %% ../nbs/00_core.ipynb #26b1f1e7
+def host_identity() -> str:
+    "This process's host: hostname, network namespace and boot id (differs between containers and namespaces sharing a hostname)"
+    import os, socket
+    try: netns = os.readlink('/proc/self/ns/net')
+    except OSError: netns = ''
+    try: boot = open('/proc/sys/kernel/random/boot_id').read().strip()
+    except OSError: boot = ''
+    return f"{socket.gethostname()}|{netns}|{boot}"
+
+def route_source(peer:str|None, # an address or host name to reach
+                ) -> str|None: # the local address packets to `peer` leave from; None if there is no route
+    "The address this process uses to reach `peer`, as the routing table picks it (a UDP socket is connected; nothing is sent)"
+    import socket
+    if not peer: return None
+    try:
+        fam, _, _, _, sa = socket.getaddrinfo(peer, 9, type=socket.SOCK_DGRAM)[0]
+        with socket.socket(fam, socket.SOCK_DGRAM) as s:
+            s.connect(sa)
+            return s.getsockname()[0]
+    except OSError: return None
+
+def label_hosts(engines:list[dict], # engine facts, each with 'hostname' and 'host_key' (from `host_identity`)
+                first_key:str|None=None, # the host identity that keeps its plain hostname first (the notebook's)
+               ) -> list[dict]: # the same dicts with 'host': a name unique to each host identity
+    "Name every engine's host: its hostname, or hostname#2, #3... where different hosts share a hostname"
+    keys = sorted({e.get('host_key', e.get('hostname')) for e in engines}, key=lambda k: (k != first_key, k))
+    hostname = {e.get('host_key', e.get('hostname')): e.get('hostname', e.get('host')) for e in engines}
+    seen, name = {}, {}
+    for k in keys:
+        h = hostname[k]
+        seen[h] = seen.get(h, 0) + 1
+        name[k] = h if seen[h] == 1 else f"{h}#{seen[h]}"
+    return [{**e, 'host': name[e.get('host_key', e.get('hostname'))]} for e in engines]
+
+# %% ../nbs/00_core.ipynb #c42133b7
+def iface_of(addr:str, # an IPv4 address
+             addrs:dict, # {interface name: [IPv4 addresses]}
+            ) -> str|None: # the interface that holds `addr`, None if none does
+    "The interface an address belongs to"
+    return next((name for name, ips in addrs.items() if addr in ips), None)
+
+def _loopback(addr): return addr is None or addr.startswith('127.') or addr in ('::1', 'localhost')
+
+def master_address(p0:dict, # rank 0's plan entry, with 'host' and 'addrs'
+                   route:str|None, # the source address rank 0 uses to reach another host's engines
+                   ifname:str|None=None, # the interface the user chose, if any
+                  ) -> str: # MASTER_ADDR
+    "Rank 0's address that other hosts reach: its address on `ifname`, else the one its route to the other hosts leaves from"
+    if ifname:
+        ips = p0.get('addrs', {}).get(ifname)
+        if not ips: raise ValueError(f"ifname={ifname!r}: rank 0's host {p0['host']} has no IPv4 address on it; its interfaces: "
+                                     f"{_ifaces(p0)}. Pass one of those, or ifname=None to use the interface that routes to the other hosts.")
+        return ips[0]
+    if _loopback(route):
+        raise RuntimeError(f"Rank 0's host {p0['host']} reaches the other hosts only through loopback ({route}), so they could "
+                           f"not reach its rendezvous store. Pass ifname= the interface of the network the hosts share ({_ifaces(p0)}).")
+    return route
+
+def _ifaces(p): return ', '.join(f"{k} {'/'.join(v)}" for k, v in p.get('addrs', {}).items()) or 'none reported'
+
+def check_ifname(plan:list[dict], # output of `plan_ranks`, with 'addrs'
+                 ifname:str|None, # the interface every rank should use
+                ):
+    "Fail naming the hosts that lack `ifname` (GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME must exist on every host)"
+    if not ifname: return
+    bad = {p['host']: p for p in plan if not p.get('addrs', {}).get(ifname)}
+    if bad: raise ValueError(f"ifname={ifname!r} has no IPv4 address on host(s) {sorted(bad)} ("
+                             + '; '.join(f"{h}: {_ifaces(p)}" for h, p in bad.items())
+                             + "). Give the interface the same name on every host, or pass ifname=None: each rank then uses "
+                               "the interface that routes to rank 0.")
+
+# %% ../nbs/00_core.ipynb #e39e7466
+def engines_per_host(hosts, # host names, or {host: engines}
+                     n:int|None, # engines on every host; None: one per GPU there (2 CPU engines on a host without)
+                     gpus:dict|None=None, # host -> GPUs found there (needed when n is None)
+                     cpus:dict|None=None, # host -> cores there
+                     backend:str='gloo', # the backend the cluster will use
+                    ) -> dict: # {host: engines}
+    "How many engines each host runs"
+    if isinstance(hosts, str): hosts = [hosts]
+    if isinstance(hosts, dict):
+        bad = {h: k for h, k in hosts.items() if not isinstance(k, int) or isinstance(k, bool) or k < 1}
+        if bad: raise ValueError(f"hosts={hosts!r}: engines per host must be integers >= 1 (bad: {bad}).")
+        return dict(hosts)
+    hosts = list(hosts or [])
+    if not hosts: raise ValueError("No hosts given: pass hosts=['node1', 'node2'] (or {'node1': 4, 'node2': 4}).")
+    if len(set(hosts)) < len(hosts): raise ValueError(f"hosts={hosts!r} names a host twice: pass a dict {{host: engines}} instead.")
+    out = {}
+    for h in hosts:
+        try: out[h] = engine_count(n, (gpus or {}).get(h, 0), (cpus or {}).get(h, 2), backend)
+        except ValueError as e: raise ValueError(f"Host {h}: {e}") from None
+    return out
+
+def slurm_script(nodes:int, # nodes to run engines on
+                 per_node:int, # engines (tasks) on each node
+                 options:str='', # more #SBATCH lines or options, e.g. '--gpus-per-task=1 --partition=gpu'
+                ) -> str: # an ipyparallel batch template ({cluster_id} and {program_and_args} are filled in by ipyparallel)
+    "The Slurm batch script for one job of `per_node` engines on each of `nodes` nodes"
+    extra = ''.join(f"#SBATCH {o}\n" for o in options.split()) if options and not options.lstrip().startswith('#') else (options.strip() + '\n' if options else '')
+    return ("#!/bin/sh\n#SBATCH --export=ALL\n#SBATCH --job-name=ipengine-{cluster_id}\n"
+            f"#SBATCH --nodes={nodes}\n#SBATCH --ntasks-per-node={per_node}\n" + extra.replace('{', '{{').replace('}', '}}') +
+            "srun {program_and_args}\n")
+
+def mpi_host_args(per_host:dict, # {host: engines}
+                 ) -> list[str]: # mpiexec arguments
+    "mpiexec's host list for `per_host` (OpenMPI and MPICH/Hydra both read `--host a:2,b:2`)"
+    return ['--host', ','.join(f"{h}:{k}" for h, k in per_host.items())]
 
 # %% ../nbs/00_core.ipynb #3494ee04
 def parse_ranks(spec, # int, list of ints, 'all', '0,2', '1:3' or '::2'

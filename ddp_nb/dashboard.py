@@ -6,7 +6,7 @@
 from __future__ import annotations
 import csv, io, math, os, socket, sys, threading, time
 from collections import deque
-from .core import patch
+from .core import host_identity, patch
 
 # %% auto #0
 __all__ = ['STATUS_COLORS', 'Series', 'History', 'RankState', 'Collector', 'progress', 'rank_status', 'mean_line', 'nice_limit',
@@ -202,7 +202,7 @@ STATUS_COLORS = dict(running='#1a7f37', idle='#57606a', error='#cf222e', dead='#
 def rank_status(s:RankState|None, # what the reports said, None if the rank never reported
                 task:str|None, # what the cluster knows: 'running', 'idle', 'error', 'dead' or None
                 now:float, # time.time()
-                local_host:str, # this host's name, to check pids of local ranks
+                local_host:str, # this host's identity (`core.host_identity`), to check pids of local ranks
                ) -> str:
     "running, idle, error, dead, silent (no heartbeat for 3 s) or waiting (no report yet)"
     if task == 'dead': return 'dead'
@@ -342,7 +342,7 @@ class Dashboard:
         self.every, self.text_every, self.out = every, text_every, out
         self.drawn_version, self.last_draw, self.draws, self.latencies = -1, 0., 0, deque(maxlen=1000)
         self.drawn_newest, self.drawn_signature, self.last_check = collector.newest_t, None, 0.
-        self.host = socket.gethostname()
+        self.host = host_identity()
         self.last_text, self._was_busy = '', False
         if self.mode == 'widget': self._make_widgets()
         self.col.listeners.append(self._tick)

@@ -9,24 +9,42 @@ from collections import namedtuple
 from datetime import timedelta
 import torch
 import torch.distributed as dist
-from .core import rank_device
+from .core import host_identity, iface_of, rank_device, route_source
 
 # %% auto #0
-__all__ = ['RankInfo', 'host_name', 'engine_info', 'rank_info', 'setup_rank', 'forget_rank', 'reset_accelerate', 'open_store',
-           'close_store', 'drop_group', 'init_group', 'check_group', 'teardown', 'namespace']
+__all__ = ['RankInfo', 'NET_VARS', 'host_name', 'local_addrs', 'engine_info', 'rank_info', 'net_info', 'setup_rank',
+           'forget_rank', 'reset_accelerate', 'open_store', 'close_store', 'drop_group', 'init_group', 'check_group',
+           'teardown', 'release', 'namespace']
 
 # %% ../nbs/02_engine.ipynb #631937fe
 _state = {}  # this process's rank record, TCPStore and listening socket
 
 # %% ../nbs/02_engine.ipynb #51405967
 def host_name() -> str:
-    "The name ranks are grouped by"
+    "This host's name (for messages; ranks are grouped by `core.host_identity`)"
     return socket.gethostname()
 
-def engine_info() -> dict:
-    "Facts about this process: host, pid, visible GPUs, usable cores, versions"
-    return dict(host=host_name(), pid=os.getpid(), n_gpus=torch.cuda.device_count(),
-                n_cpus=len(os.sched_getaffinity(0)), python=sys.version.split()[0], torch=torch.__version__)
+def local_addrs() -> dict:
+    "{interface: [IPv4 addresses]} of this host"
+    import psutil
+    return {name: [a.address for a in addrs if a.family == socket.AF_INET] for name, addrs in psutil.net_if_addrs().items()}
+
+def _controller_host() -> str|None:
+    "The controller's address this engine registered with (None outside an ipyparallel engine)"
+    app = sys.modules.get('ipyparallel.engine.app')
+    try:
+        if app is not None and app.IPEngine.initialized():
+            from urllib.parse import urlparse
+            return urlparse(app.IPEngine.instance().registration_url).hostname
+    except Exception: pass
+    return None
+
+def engine_info(peer:str|None=None, # where the notebook reaches the controller (used when this is not an engine)
+               ) -> dict:
+    "Facts about this process: host, pid, visible GPUs, usable cores, versions, interfaces and the address it reaches the controller from"
+    return dict(host=host_name(), hostname=host_name(), host_key=host_identity(), pid=os.getpid(), n_gpus=torch.cuda.device_count(),
+                n_cpus=len(os.sched_getaffinity(0)), python=sys.version.split()[0], torch=torch.__version__,
+                addrs=local_addrs(), addr=route_source(_controller_host() or peer))
 
 # %% ../nbs/02_engine.ipynb #db464309
 RankInfo = namedtuple('RankInfo', 'rank local_rank world_size local_world_size device backend')
@@ -44,16 +62,35 @@ def rank_info() -> RankInfo:
     return RankInfo(_env_int('RANK', 0), lr, _env_int('WORLD_SIZE', 1), _env_int('LOCAL_WORLD_SIZE', 1), dev, be)
 
 # %% ../nbs/02_engine.ipynb #6d4d128f
+NET_VARS = ('GLOO_SOCKET_IFNAME', 'NCCL_SOCKET_IFNAME')
+_user_net = {k: os.environ.get(k) for k in NET_VARS}  # as the engine was started (a Slurm script may set them): kept
+
+def _set_net(loopback:bool, ifname:str|None, master_addr:str|None):
+    "Pick the interface gloo and nccl use: lo on one host; else `ifname`, the engine's own setting, or the one that routes to rank 0"
+    if loopback: want = {'GLOO_SOCKET_IFNAME': 'lo', 'NCCL_SOCKET_IFNAME': _user_net['NCCL_SOCKET_IFNAME']}
+    else:
+        route = None if ifname else iface_of(route_source(master_addr) or '', local_addrs())
+        want = {k: ifname or _user_net[k] or route for k in NET_VARS}
+    for k, v in want.items():
+        if v: os.environ[k] = v
+        else: os.environ.pop(k, None)
+    _state['ifname'] = want['GLOO_SOCKET_IFNAME']
+
+def net_info() -> dict:
+    "The interfaces gloo and nccl use in this process (None: their own choice)"
+    return {k: os.environ.get(k) for k in NET_VARS}
+
 def setup_rank(p:dict, # this rank's entry from `core.plan_ranks`, with 'n_gpus'
                env:dict, # torchrun environment from `core.torchrun_env`
                threads:int, # intra-op threads for this rank
                backend:str, # 'nccl' or 'gloo'
                loopback:bool=True, # keep gloo on the loopback interface (single-host clusters)
+               ifname:str|None=None, # across hosts: the interface for gloo and nccl; None: the engine's own setting, or the route to rank 0
               ) -> RankInfo:
-    "Give this process its rank: torchrun environment, thread count, pinned device (and Accelerate's CPU switch on CPU ranks)"
+    "Give this process its rank: torchrun environment, thread count, network interface, pinned device (and Accelerate's CPU switch on CPU ranks)"
     os.environ.update(env)
     os.environ['OMP_NUM_THREADS'] = str(threads)
-    if loopback: os.environ['GLOO_SOCKET_IFNAME'] = 'lo'
+    _set_net(loopback, ifname, env.get('MASTER_ADDR'))
     torch.set_num_threads(threads)
     device = rank_device(backend, p.get('n_gpus', 0), p['local_rank'])
     if device.startswith('cuda'): torch.cuda.set_device(torch.device(device))
@@ -156,6 +193,13 @@ def teardown():
     drop_group()
     close_store()
     reset_accelerate()
+
+def release():
+    "Leave the cluster but keep running (an attached cluster's `stop()`): no process group, store, rank or reports"
+    teardown()
+    forget_rank()
+    from ddp_nb.report import disconnect
+    disconnect()
 
 # %% ../nbs/02_engine.ipynb #7221dcb7
 def namespace() -> dict:

@@ -91,6 +91,30 @@ def _rank_of_engine(self:DDPCluster) -> dict:
     return {p['engine_id']: p for p in self._plan}
 
 @patch
+def _death(self:DDPCluster, rank:int) -> str:
+    "How the engine of `rank` ended, in words: its exit status when it ran on this host, else the host it died on"
+    p = self._plan[rank]
+    if self.is_local(rank): return death_cause(self._exit_code(p['pid']))
+    return "died (its exit status is known on its own host only)"
+
+@patch
+def _silent(self:DDPCluster, ranks:list, # ranks on other hosts
+            timeout:float=1.5, # seconds to wait for the answers
+           ) -> list: # the ranks that did not answer
+    "Ranks whose engine does not answer a signal-0 request (its nanny checks the engine exists): dead, stopped, or cut off"
+    futs = {}
+    for r in ranks:
+        eid = self._plan[r]['engine_id']
+        try: futs[r] = self._rc.send_signal(0, targets=[eid], block=False) if eid in self._rc.ids else None
+        except Exception: futs[r] = None
+    deadline, out = time.monotonic() + timeout, []
+    for r, f in futs.items():
+        try: ok = f is not None and all(m['content']['status'] == 'ok' for m in f.result(max(0.01, deadline - time.monotonic())))
+        except Exception: ok = False  # no answer: the engine and its nanny are gone, stopped, or unreachable
+        if not ok: out.append(r)
+    return out
+
+@patch
 def describe(self:DDPCluster, rank:int) -> str:
     "'rank R (host H, pid P)' for messages"
     p = self._plan[rank]
@@ -127,6 +151,7 @@ def where(self:DDPCluster,
     out, sizes = {}, {}
     for r in ranks:
         p, f = self._plan[r], Path(stack_file(self.cluster_id, r))
+        if not self.is_local(r): out[r] = f"on host {p['host']}: its stack is written there, not here (cl.where reads ranks on this host)"; continue
         try: st = psutil.Process(p['pid']).status()
         except psutil.NoSuchProcess: out[r] = 'dead'; continue
         except Exception: out[r] = f"on host {p['host']}: stack unavailable from here"; continue
@@ -184,11 +209,20 @@ def _one_line(err) -> str:
 @patch
 def _failure(self:DDPCluster, states:dict, first:list, ended:list) -> RankFailure:
     "The error for a cell that failed: the first failing rank's traceback, then one line per other rank"
-    dead = [r for r in first if states[r][0] == 'dead' and r not in ended]
+    dead = [r for r in first if states[r][0] in ('dead', 'lost') and r not in ended]
     origin = dead[0] if dead else first[0]  # a death explains the errors of the ranks that were talking to it
     state, err = states[origin]
-    if state == 'dead':
-        head = f"{self.describe(origin)} {death_cause(self._exit_code(self._plan[origin]['pid']))} while running the cell."
+    host = self._plan[origin]['host']
+    on_host = [r for r in sorted(states) if self._plan[r]['host'] == host]
+    whole = len(on_host) > 1 and all(states[r][0] in ('dead', 'lost') for r in on_host) and len(on_host) < len(states)
+    if state == 'lost':
+        head = (f"Host {host} (ranks {on_host}) stopped answering while running the cell" if whole else
+                f"{self.describe(origin)} stopped answering while running the cell") + \
+               f": its engines and their nannies are gone, stopped, or cut off from this notebook (host down, network, out of memory?)."
+        detail = ''
+    elif state == 'dead':
+        head = (f"Host {host}: every rank there ({on_host}) ended while running the cell; {self.describe(origin)} "
+                if whole else f"{self.describe(origin)} ") + f"{self._death(origin)} while running the cell."
         detail = ''
     else:
         head = f"{self.describe(origin)} raised {_one_line(err)}"
@@ -198,11 +232,12 @@ def _failure(self:DDPCluster, states:dict, first:list, ended:list) -> RankFailur
         if r == origin: continue
         s, e = states[r]
         if r in ended: lines.append(f"  rank {r}: was stuck (in a collective, waiting for rank {origin}) and was ended: its state is lost.")
-        elif s == 'dead': lines.append(f"  rank {r}: {death_cause(self._exit_code(self._plan[r]['pid']))}.")
+        elif s == 'dead': lines.append(f"  rank {r} (host {self._plan[r]['host']}): {self._death(r)}.")
+        elif s == 'lost': lines.append(f"  rank {r} (host {self._plan[r]['host']}): stopped answering too.")
         elif s == 'error' and r in first[:1] + first[1:] and _one_line(e) == _one_line(err): lines.append(f"  rank {r}: raised the same error.")
         elif s == 'error': lines.append(f"  rank {r}: then failed too: {_one_line(e)}")
         elif s in ('ok', 'stopped'): lines.append(f"  rank {r}: finished the cell.")
-    lost = sorted(set(ended) | {r for r in states if states[r][0] == 'dead'})
+    lost = sorted(set(ended) | {r for r in states if states[r][0] in ('dead', 'lost')})
     kept = [r for r in sorted(states) if r not in lost]
     if lost: lines.append(f"Ranks {kept} kept their state. cl.restart() replaces ranks {lost} and forms a new process group; "
                           "then rebuild what was bound to the old group (model = rewrap(model)) and re-run your setup cells.")
@@ -218,26 +253,30 @@ DDPCluster.hang_after = 60.0 # seconds without progress before the watchdog repo
 def supervise(self:DDPCluster, ar, # an AsyncResult with one task per rank (a %%px cell, cl.view.execute(..., block=False))
              ) -> dict: # rank -> final state
     "Wait for `ar`: end ranks left stuck by a failed one, report hangs, and raise one clear `RankFailure` on errors"
-    first, ended, t_fail, t0, hung = [], [], None, time.monotonic(), False
+    first, ended, lost, t_fail, t0, hung = [], [], [], None, time.monotonic(), False
     while True:
         done = ar.ready()
-        states = self._states(ar)
+        states = {**self._states(ar), **{r: ('lost', None) for r in lost}}
         for r, (s, _) in states.items():
-            if s in ('error', 'dead') and r not in first: first.append(r)
+            if s in ('error', 'dead', 'lost') and r not in first: first.append(r)
         running = [r for r, (s, _) in states.items() if s == 'running']
         if done or not running: break
         if first:
             t_fail = t_fail or time.monotonic()
             if time.monotonic() - t_fail > self.grace:
-                stuck = [r for r in running if _proc_status(self._plan[r]['pid']) != 'dead']  # the dead are reported soon
-                self.end_ranks(stuck); ended += stuck
-                ar.wait(10)
+                silent = self._silent([r for r in running if not self.is_local(r)])  # on other hosts: gone, or only stuck?
+                lost += silent
+                stuck = [r for r in running if r not in silent and not (self.is_local(r) and _proc_status(self._plan[r]['pid']) == 'dead')]
+                if stuck:  # the local dead are reported soon; the stuck are ended, and reported dead once their engines are gone
+                    self.end_ranks(stuck); ended += stuck
+                    deadline = time.monotonic() + 10
+                    while any(self._states(ar).get(r, ('',))[0] == 'running' for r in stuck) and time.monotonic() < deadline: ar.wait(0.05)
                 continue
         elif self.hang_after and not hung and self._stalled(running, t0) > self.hang_after:
             hung = True
             self._hang_report(running, time.monotonic() - t0)
         ar.wait(0.05)
-    states = self._states(ar)
+    states = {**self._states(ar), **{r: ('lost', None) for r in lost}}
     if first: raise self._failure(states, first, ended)
     return {r: s for r, (s, _) in states.items()}
 
@@ -270,9 +309,12 @@ def end_ranks(self:DDPCluster, ranks:list, # ranks to end (their engines are kil
     "Kill the engines of `ranks` (the only way to free a rank blocked in a collective)"
     ids = [self._plan[r]['engine_id'] for r in ranks]
     for r in ranks:
-        try: os.kill(self._plan[r]['pid'], signal.SIGKILL)
-        except ProcessLookupError: pass
-        except OSError: self._rc.send_signal(signal.SIGKILL, targets=[self._plan[r]['engine_id']], block=False)
+        try:
+            if self.is_local(r): os.kill(self._plan[r]['pid'], signal.SIGKILL); continue
+        except ProcessLookupError: continue
+        except OSError: pass
+        try: self._rc.send_signal(signal.SIGKILL, targets=[self._plan[r]['engine_id']], block=False)  # other hosts: through the nanny
+        except Exception: pass  # unregistered already
     deadline = time.monotonic() + timeout
     while set(ids) & set(self._rc.ids) and time.monotonic() < deadline: time.sleep(0.02)
 
@@ -310,7 +352,7 @@ def interrupt(self:DDPCluster, grace:float=1, # seconds the ranks get to stop af
     running, t0 = self._running(), time.monotonic()
     if not running: return {}
     if ar is None and getattr(self, '_last_ar', None) is not None and not self._last_ar.ready(): ar = self._last_ar
-    stopped = [r for r in running if _proc_status(self._plan[r]['pid']) == psutil.STATUS_STOPPED]
+    stopped = [r for r in running if self.is_local(r) and _proc_status(self._plan[r]['pid']) == psutil.STATUS_STOPPED]
     if stopped:  # cannot handle a signal; ending them frees the ranks waiting for them, with their state
         self.end_ranks(stopped); running = [r for r in self._running() if r not in stopped]
     ended = list(stopped)
@@ -349,11 +391,10 @@ def interrupt(self:DDPCluster, grace:float=1, # seconds the ranks get to stop af
 @patch
 def restart(self:DDPCluster,
             ranks:list|str|None=None, # ranks to replace; None: the dead and the busy (stuck) ones; 'all': every rank
+            wait:float=30, # engines on other hosts: seconds to wait for enough spare engines (started by you) to register
            ) -> DDPCluster:
-    "Replace dead or stuck engines with fresh ones, keep the others and their ranks, and form a new process group"
+    "Replace dead or stuck engines with fresh ones (started here, or spare engines registered from other hosts), keep the others and their ranks, and form a new process group"
     if self._rc is None: raise RuntimeError("No cluster to restart: call cl.start() first (restart replaces ranks of a started cluster).")
-    if self.engines != 'local': raise NotImplementedError(f"restart() starts local engines; with engines={self.engines!r}, "
-                                                           "stop() and start() the cluster, or start engines by hand and attach.")
     status = self._task_status()
     if ranks == 'all': ranks = list(range(self.world_size))
     elif ranks is None: ranks = [r for r, s in status.items() if s in ('dead', 'running')]
@@ -362,15 +403,23 @@ def restart(self:DDPCluster,
     alive = [r for r in ranks if status.get(r) != 'dead']
     if alive: self.end_ranks(alive)
     keep = {p['engine_id']: p['rank'] for p in self._plan if p['rank'] not in ranks}
-    if ranks:
+    old = {p['engine_id'] for p in self._plan}
+    if ranks and self.engines == 'local':
         self._ipp.start_engines_sync(n=len(ranks))
         deadline = time.monotonic() + self.start_timeout  # (rc.wait_for_engines fails if an old engine set's end is reported)
-        while len(self._rc.ids) < len(keep) + len(ranks):
+        while len(set(self._rc.ids) - old) < len(ranks):
             if time.monotonic() > deadline: raise RuntimeError(f"restart: the new engines did not register within {self.start_timeout:g}s.")
             time.sleep(0.05)
-    for p in self._plan:
-        if p['rank'] not in ranks: self._rc[p['engine_id']].apply_sync(_engine, 'teardown')
-    self._form_group(fixed=keep)
+    deadline = time.monotonic() + wait
+    while len(set(self._rc.ids) - old) < len(ranks) and time.monotonic() < deadline: time.sleep(0.1)
+    new_ids = sorted(set(self._rc.ids) - old)
+    if len(new_ids) < len(ranks):  # ddp_nb starts engines on this host only
+        where = ', '.join(sorted({self._plan[r]['host'] for r in ranks}))
+        raise RuntimeError(f"restart: ranks {ranks} (host {where}) need {len(ranks)} new engine(s) and {len(new_ids)} spare one(s) are "
+                           f"registered after {wait:g}s. With engines={self.engines!r} ddp_nb does not start engines on other hosts: start them there "
+                           "(`ipengine --file=<ipcontroller-engine.json>`, or a new Slurm job), then call cl.restart() again.")
+    for eid in keep: self._rc[eid].apply_sync(_engine, 'teardown')
+    self._form_group(fixed=keep, ids=list(keep) + new_ids[:len(ranks)])
     self._activate()  # %%px on the new engines
     new = [p for p in self._plan if p['engine_id'] not in keep]
     if new and self._collector is not None:

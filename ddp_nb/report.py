@@ -6,7 +6,7 @@
 from __future__ import annotations
 import math, os, socket, sys, threading, time
 from collections import deque
-from .core import patch
+from .core import host_identity, patch
 
 # %% auto #0
 __all__ = ['PROGRESS_KEYS', 'to_number', 'nvml_uuid', 'gpu_handle', 'LoadSampler', 'Reporter', 'connect', 'disconnect', 'report']
@@ -73,7 +73,7 @@ class Reporter:
         self.sock.setsockopt(zmq.SNDHWM, 10000)
         self.sock.connect(addr)
         self.buf, self.auto_step, self.dropped = deque(), -1, 0
-        self.pid, self.host = os.getpid(), socket.gethostname()
+        self.pid, self.host = os.getpid(), host_identity()  # the identity, not the hostname: namespaces and containers share hostnames
         self.load, self.last_load, self.last_report = LoadSampler(device), 0., 0.
         self.error = None  # (time, 'ValueError: ...') of the last uncaught error on this engine, until the next cell
         self._hook_errors()
