@@ -537,6 +537,9 @@ def stop(self:DDPCluster,
         raise
     finally:
         if col is not None: col.close(); self._history = col.history
+        for p in self._plan:  # the files cl.where() reads
+            try: os.unlink(stack_file(self.cluster_id, p['rank']))
+            except OSError: pass
         self._ipp = self._rc = self._collector = None
         if self._fin is not None: self._fin.cancel()
         self._deactivate()

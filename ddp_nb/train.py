@@ -8,7 +8,7 @@ __all__ = ['COMPRESSION', 'seed_everything', 'rng_state', 'set_rng_state', 'Resu
            'amp_dtype', 'autocast', 'grad_scaler', 'sync_context', 'accumulation_group', 'checkpoints', 'atomic_save',
            'save_checkpoint', 'CheckpointError', 'read_checkpoint', 'load_checkpoint', 'fit']
 
-# %% ../nbs/05_train.ipynb #36d24ee4
+# %% ../nbs/05_train.ipynb #53d9a5c4
 import itertools, math, os, random, signal, threading, time, warnings
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
@@ -22,7 +22,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 from .engine import rank_info
 from .report import report
 
-# %% ../nbs/05_train.ipynb #0fdb1f02
+# %% ../nbs/05_train.ipynb #111d0864
 def seed_everything(seed:int=0, # the seed every rank starts from
                     per_rank:bool=False, # add the rank, for random streams that should differ between ranks
                     deterministic:bool=False, # also make torch use deterministic kernels (slower; errors on ops without one)
@@ -40,7 +40,7 @@ def seed_everything(seed:int=0, # the seed every rank starts from
     torch.backends.cudnn.benchmark = False
     return s
 
-# %% ../nbs/05_train.ipynb #7b7cfd92
+# %% ../nbs/05_train.ipynb #f6389ddc
 def rng_state() -> dict:
     "This rank's random generators (Python, numpy, torch CPU and CUDA) as tensors and plain types"
     v, keys, gauss = random.getstate()
@@ -65,7 +65,7 @@ def set_rng_state(st:dict, # from `rng_state`
         np.random.set_state((kind, mt.cpu().numpy().astype(np.uint32), pos, has_gauss, cached))
     if 'cuda' in st and torch.cuda.is_available(): torch.cuda.set_rng_state_all([t.cpu() for t in st['cuda']])
 
-# %% ../nbs/05_train.ipynb #216b84d7
+# %% ../nbs/05_train.ipynb #cabf5839
 class ResumableSampler(DistributedSampler):
     "`DistributedSampler` that can start part-way through an epoch: same order, minus the first `start` samples"
     def __init__(self, dataset, # the whole dataset
@@ -82,7 +82,7 @@ class ResumableSampler(DistributedSampler):
     def __iter__(self): return itertools.islice(super().__iter__(), self.start, None)
     def __len__(self): return self.num_samples - self.start
 
-# %% ../nbs/05_train.ipynb #263e43ad
+# %% ../nbs/05_train.ipynb #2c16ee27
 def per_rank_batch(batch_size:Optional[int]=None, # samples per rank per step
                    global_batch_size:Optional[int]=None, # samples per step over all ranks (batch_size × world_size)
                    world_size:int=1, # ranks
@@ -98,11 +98,11 @@ def per_rank_batch(batch_size:Optional[int]=None, # samples per rank per step
     if batch_size < 1: raise ValueError(f"batch_size={batch_size}: give at least 1 sample per rank.")
     return batch_size
 
-# %% ../nbs/05_train.ipynb #a50219cb
+# %% ../nbs/05_train.ipynb #936cfddc
 class StopRequested(KeyboardInterrupt):
     "Every rank stopped before the same batch because a stop was asked for: nothing lost, run the cell again to continue"
 
-_stop = {'requested': False, 'depth': 0}
+_stop = {'requested': False}
 
 def _on_sigint(sig, frame):
     if _stop['requested']: raise KeyboardInterrupt("interrupted again: stopping now, without waiting for the other ranks")
@@ -111,13 +111,12 @@ def _on_sigint(sig, frame):
 @contextmanager
 def stop_requests():
     "Inside (nestable): a first SIGINT asks for a cooperative stop, a second one interrupts at once"
-    if threading.current_thread() is not threading.main_thread(): yield; return
-    if _stop['depth'] == 0: _stop['requested'], old = False, signal.signal(signal.SIGINT, _on_sigint)
-    _stop['depth'] += 1
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) is _on_sigint:
+        yield; return  # not ours to handle, or an outer region handles it
+    _stop['requested'], old = False, signal.signal(signal.SIGINT, _on_sigint)
     try: yield
     finally:
-        _stop['depth'] -= 1
-        if _stop['depth'] == 0: signal.signal(signal.SIGINT, old)
+        if signal.getsignal(signal.SIGINT) is _on_sigint: signal.signal(signal.SIGINT, old)
 
 _ctrl = {}
 
@@ -161,7 +160,7 @@ class StopVote:
         self._cast()
         return self._result()
 
-# %% ../nbs/05_train.ipynb #c2b94e06
+# %% ../nbs/05_train.ipynb #f6fb2e44
 class ShardedLoader:
     "This rank's DataLoader over its shard: epochs advance by themselves (`set_epoch` done), resumable mid-epoch"
     def __init__(self, dataset, # the whole dataset: every rank gets its own shard
@@ -195,6 +194,7 @@ class ShardedLoader:
         self.sampler.set_epoch(self.epoch)
         self.sampler.start = self.batch * self.batch_size
         self.generator.manual_seed(self.seed + self.epoch)
+        self.stopped_at_end = False
         with stop_requests() if self.stoppable else nullcontext():
             vote = StopVote() if self.stoppable else (lambda: False)
             for b in self.loader:
@@ -202,7 +202,7 @@ class ShardedLoader:
                 self.batch += 1
                 yield b
             self.epoch, self.batch = self.epoch + 1, 0
-            if self.stoppable and vote.final(): self._stop()
+            if self.stoppable and vote.final(): self.stopped_at_end = True; self._stop()
 
     def _stop(self):
         raise StopRequested(f"stop requested: every rank stopped before batch {self.batch} of epoch {self.epoch}. "
@@ -221,7 +221,7 @@ class ShardedLoader:
                                  f"or resume at an epoch boundary with load_checkpoint(..., exact=False).")
         self.epoch, self.batch = sd['epoch'], sd['batch']
 
-# %% ../nbs/05_train.ipynb #e99e7ab1
+# %% ../nbs/05_train.ipynb #d3d9d1b3
 def _bf16_cpu_hook(process_group, bucket):
     "torch's bf16 compression hook (torch's own refuses to run without NCCL; gloo all-reduces bf16 fine)"
     from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import _compress_hook
@@ -243,7 +243,7 @@ def comm_hook(name:str, # 'fp16', 'bf16' or 'powersgd'
         return ps.PowerSGDState(process_group=None, matrix_approximation_rank=rank, start_powerSGD_iter=start_iter), ps.powerSGD_hook
     raise ValueError(f"compression={name!r}: use one of {COMPRESSION}, or None for full-precision all-reduces.")
 
-# %% ../nbs/05_train.ipynb #87e100d9
+# %% ../nbs/05_train.ipynb #8142e5c3
 def wrap_model(model:nn.Module, # the model, on any device
                sync_bn:bool=False, # convert BatchNorm to SyncBatchNorm (one GPU per rank only)
                compression:Optional[str]=None, # 'fp16', 'bf16' or 'powersgd' gradient compression, or None
@@ -281,7 +281,7 @@ def unwrap(model:nn.Module) -> nn.Module:
     "The module inside a DDP (or similar) wrapper"
     return getattr(model, 'module', model)
 
-# %% ../nbs/05_train.ipynb #60b592e9
+# %% ../nbs/05_train.ipynb #77978202
 def amp_dtype(device:torch.device) -> torch.dtype:
     "The autocast type for `device`: fp16 on CUDA (with a GradScaler), bf16 on CPU"
     return torch.float16 if device.type == 'cuda' else torch.bfloat16
@@ -301,7 +301,7 @@ def grad_scaler(enabled:bool=True, # False: a scaler that does nothing
     on = enabled and dev.type == 'cuda' and (dtype or amp_dtype(dev)) == torch.float16
     return torch.amp.GradScaler(dev.type, enabled=on)
 
-# %% ../nbs/05_train.ipynb #db18ddab
+# %% ../nbs/05_train.ipynb #9eae96a7
 def sync_context(model:nn.Module, # the DDP model (anything else: no-op)
                  sync:bool, # True on the micro-step whose backward should all-reduce
                 ):
@@ -318,7 +318,7 @@ def accumulation_group(i:int, # index of the micro-batch in the epoch
     size = min(k, n - g0)
     return size, i == g0 + size - 1
 
-# %% ../nbs/05_train.ipynb #cc41e279
+# %% ../nbs/05_train.ipynb #2dd4d045
 def _barrier():
     if dist.is_initialized(): dist.barrier()
 
@@ -337,7 +337,7 @@ def _from_0(obj):
     box = [obj]; dist.broadcast_object_list(box, src=0)
     return box[0]
 
-# %% ../nbs/05_train.ipynb #954974eb
+# %% ../nbs/05_train.ipynb #0039c02d
 def checkpoints(folder:Union[str, Path], # where `save_checkpoint` writes
                ) -> list: # paths, oldest first
     "The complete checkpoints in `folder`, oldest first (temporary files of interrupted saves excluded)"
@@ -375,7 +375,7 @@ def atomic_save(obj, # what to save (torch.save)
     finally: os.close(fd)
     return path
 
-# %% ../nbs/05_train.ipynb #d3eb71fb
+# %% ../nbs/05_train.ipynb #9443873a
 def save_checkpoint(folder:Union[str, Path], # the run's checkpoint folder
                     model:nn.Module, # the model (DDP or not: the inner module is saved)
                     opt:Optional[torch.optim.Optimizer]=None, # its optimizer
@@ -393,16 +393,17 @@ def save_checkpoint(folder:Union[str, Path], # the run's checkpoint folder
     path = Path(folder) / f'step-{step:08d}.pt'
     err = None
     if ri.rank == 0:
-        state = dict(format=1, step=step, world_size=ri.world_size, model=unwrap(model).state_dict(), optimizer=_sd(opt),
-                     scheduler=_sd(scheduler), scaler=_sd(scaler), loader=_sd(loader), ranks=per_rank, extra=extra or {},
-                     torch=str(torch.__version__), time=time.time())
-        try: atomic_save(state, path); _tidy(path.parent, keep)
+        try:
+            state = dict(format=1, step=step, world_size=ri.world_size, model=unwrap(model).state_dict(), optimizer=_sd(opt),
+                         scheduler=_sd(scheduler), scaler=_sd(scaler), loader=_sd(loader), ranks=per_rank, extra=extra or {},
+                         torch=str(torch.__version__), time=time.time())
+            atomic_save(state, path); _tidy(path.parent, keep)
         except Exception as e: err = f"{type(e).__name__}: {e}"
     err = _from_0(err)   # every rank fails together rather than some waiting forever
     if err: raise RuntimeError(f"Saving the checkpoint {path} failed on rank 0: {err}. The previous checkpoints are intact.")
     return path
 
-# %% ../nbs/05_train.ipynb #30a49711
+# %% ../nbs/05_train.ipynb #857cfd74
 class CheckpointError(ValueError):
     "A checkpoint that cannot be used here; the message says why and what to do"
 
@@ -428,7 +429,7 @@ def _newest_readable(folder:Path) -> tuple:
         except CheckpointError as e: warnings.warn(f"{e} Using the checkpoint before it.")
     return None, None
 
-# %% ../nbs/05_train.ipynb #2c07fe99
+# %% ../nbs/05_train.ipynb #2d1b4a8b
 def load_checkpoint(src:Union[str, Path], # a checkpoint file, or a folder (its newest readable checkpoint)
                     model:nn.Module, # the model to load into (DDP or not)
                     opt:Optional[torch.optim.Optimizer]=None, # its optimizer
@@ -465,7 +466,7 @@ def load_checkpoint(src:Union[str, Path], # a checkpoint file, or a folder (its 
     return dict(step=state['step'], epoch=state['loader']['epoch'] if state.get('loader') else None, path=Path(path),
                 extra=state['extra'], rank_state=mine['state'])
 
-# %% ../nbs/05_train.ipynb #27989db9
+# %% ../nbs/05_train.ipynb #5219dfad
 def fit(model:nn.Module, # the DDP-wrapped model
         loader:ShardedLoader, # this rank's loader
         opt:torch.optim.Optimizer, # the optimizer
@@ -482,8 +483,9 @@ def fit(model:nn.Module, # the DDP-wrapped model
     "Train `model` for `epochs` with accumulation, AMP, reporting and resumable checkpoints"
     dev, scaler = rank_info().device, grad_scaler(amp)
     st = loader.__dict__.setdefault('fit_state', dict(step=0, losses=[], tot=torch.zeros(2, dtype=torch.float64)))
-    info = load_checkpoint(ckpt_dir, model, opt, scheduler, scaler, loader) if ckpt_dir else None
-    if info: st.update(info['rank_state'])
+    # resume from the checkpoint, unless this loader already trained in this process (after a stop: continue in memory)
+    info = load_checkpoint(ckpt_dir, model, opt, scheduler, scaler, loader) if ckpt_dir and st['step'] == 0 else None
+    if info: st.update(info['rank_state']); st['tot'] = st['tot'].cpu()
     def save(): save_checkpoint(ckpt_dir, model, opt, st['step'], scheduler, scaler, loader, rank_state=st)
     def end_epoch():
         tot = st['tot'].to(dev)
@@ -514,7 +516,7 @@ def fit(model:nn.Module, # the DDP-wrapped model
                     if st['step'] == max_steps: break
                 else: ended = True  # the epoch ran to its end
             except StopRequested:
-                ended = loader.batch == 0  # stopped after the epoch's last batch
+                ended = loader.stopped_at_end  # stopped after the epoch's last batch
                 raise
             finally:
                 if ended: end_epoch()
