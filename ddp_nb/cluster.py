@@ -354,7 +354,8 @@ def _form_group(self:DDPCluster,
     def threads(p): return self.threads or threads_per_rank(p['n_cpus'], p['local_world_size'])
     _gather({p['rank']: rc[p['engine_id']].apply_async(_engine, 'setup_rank', p, torchrun_env(p, addr, port), threads(p), self.backend,
                                                         loop, self.ifname) for p in plan}, 'Setting up ranks', self.timeout)
-    _gather({p['rank']: rc[p['engine_id']].apply_async(_engine, 'init_group', addr, port, self.timeout) for p in plan},
+    prefix = secrets.token_hex(4) + '/'  # this group's keys in the store (a fixed port's store serves every re-form)
+    _gather({p['rank']: rc[p['engine_id']].apply_async(_engine, 'init_group', addr, port, self.timeout, prefix) for p in plan},
             'Forming the process group', self.timeout + 10)
     self.master_addr, self.master_port = addr, port
     self._view = rc.direct_view([p['engine_id'] for p in plan])

@@ -128,6 +128,8 @@ def _listen(host:str, # address to listen on
     s.listen(256)
     return s
 
+_fixed = {}  # (host, port, world size) -> rank 0's store on a port the user fixed, kept across re-forms
+
 def open_store(host:str, # address rank 0's store listens on
                world_size:int, # ranks that will join
                timeout:float=60, # seconds to wait for the other ranks
@@ -135,11 +137,16 @@ def open_store(host:str, # address rank 0's store listens on
               ) -> int: # the port the store listens on
     "On rank 0: start the rendezvous TCPStore on `port` (or a free one) of `host`"
     close_store()
+    key = (host, port, world_size)
+    if port and key in _fixed:  # a fixed port stays ours: objects bound to the old group (a DDP model) keep its store alive
+        _state['store'] = _fixed[key]
+        return port
     s = _listen(host, port or 0)
     port = s.getsockname()[1]
     store = dist.TCPStore(host, port, world_size, True, timedelta(seconds=timeout), wait_for_workers=False, master_listen_fd=s.fileno())
     s.detach()  # the store owns the listening fd now and closes it when it goes
     _state['store'] = store
+    if key[1]: _fixed[key] = store  # each group then uses its own key prefix in it (init_group)
     return port
 
 def close_store():
@@ -161,6 +168,7 @@ def _joined(store, world_size):
 def init_group(master_addr:str, # address of rank 0's store
                port:int, # port of rank 0's store
                timeout:float=60, # seconds for the group to form, and for every collective after
+               prefix:str='', # key prefix of this group in the store (a fresh one per group when the store is reused)
               ) -> RankInfo:
     "Join the default process group through rank 0's store and check it with a tiny all-reduce"
     ri = rank_info()
@@ -168,6 +176,7 @@ def init_group(master_addr:str, # address of rank 0's store
     reset_accelerate()  # Accelerate's cached state belongs to the old group
     td = timedelta(seconds=timeout)
     store = _state['store'] if ri.rank == 0 and 'store' in _state else dist.TCPStore(master_addr, port, ri.world_size, False, td)
+    if prefix: store = dist.PrefixStore(prefix, store)
     store.set(f'ddp_nb/joined/{ri.rank}', str(os.getpid()))
     kw = dict(device_id=ri.device) if ri.device.type == 'cuda' else {}
     try: dist.init_process_group(ri.backend, store=store, rank=ri.rank, world_size=ri.world_size, timeout=td, **kw)
@@ -193,6 +202,8 @@ def teardown():
     drop_group()
     close_store()
     reset_accelerate()
+    train = sys.modules.get("ddp_nb.train")
+    if train is not None: train._ctrl.clear()  # the stop-vote group of the old group
 
 def release():
     "Leave the cluster but keep running (an attached cluster's `stop()`): no process group, store, rank or reports"

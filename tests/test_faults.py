@@ -194,6 +194,8 @@ def test_busy_port_says_what_to_do():
     finally: s.close()
     with DDPCluster(n=2, port=port) as cl:   # the same port, now free, works, and again after a reform
         assert cl.master_port == port
-        cl.reform(); assert cl.check()
+        cl.view.execute("m = DDP(torch.nn.Linear(2, 2))")   # holds the first group (and its store) alive
+        cl.reform(); assert cl.check() and cl.master_port == port
+        cl.view.execute("m = DDP(m.module); m(torch.ones(1, 2)).sum().backward()")
     time.sleep(1)
     assert {p.pid for p in ours()} - before == set(), "processes left behind"
