@@ -8,7 +8,7 @@ __all__ = ['COMPRESSION', 'seed_everything', 'rng_state', 'set_rng_state', 'Resu
            'amp_dtype', 'autocast', 'grad_scaler', 'sync_context', 'accumulation_group', 'checkpoints', 'atomic_save',
            'save_checkpoint', 'CheckpointError', 'read_checkpoint', 'load_checkpoint', 'fit']
 
-# %% ../nbs/05_train.ipynb #53d9a5c4
+# %% ../nbs/05_train.ipynb #018dc9e5
 import itertools, math, os, random, signal, threading, time, warnings
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
@@ -22,7 +22,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 from .engine import rank_info
 from .report import report
 
-# %% ../nbs/05_train.ipynb #111d0864
+# %% ../nbs/05_train.ipynb #34da5156
 def seed_everything(seed:int=0, # the seed every rank starts from
                     per_rank:bool=False, # add the rank, for random streams that should differ between ranks
                     deterministic:bool=False, # also make torch use deterministic kernels (slower; errors on ops without one)
@@ -40,7 +40,7 @@ def seed_everything(seed:int=0, # the seed every rank starts from
     torch.backends.cudnn.benchmark = False
     return s
 
-# %% ../nbs/05_train.ipynb #f6389ddc
+# %% ../nbs/05_train.ipynb #c2a107fd
 def rng_state() -> dict:
     "This rank's random generators (Python, numpy, torch CPU and CUDA) as tensors and plain types"
     v, keys, gauss = random.getstate()
@@ -65,7 +65,7 @@ def set_rng_state(st:dict, # from `rng_state`
         np.random.set_state((kind, mt.cpu().numpy().astype(np.uint32), pos, has_gauss, cached))
     if 'cuda' in st and torch.cuda.is_available(): torch.cuda.set_rng_state_all([t.cpu() for t in st['cuda']])
 
-# %% ../nbs/05_train.ipynb #cabf5839
+# %% ../nbs/05_train.ipynb #a8b3008f
 class ResumableSampler(DistributedSampler):
     "`DistributedSampler` that can start part-way through an epoch: same order, minus the first `start` samples"
     def __init__(self, dataset, # the whole dataset
@@ -82,7 +82,7 @@ class ResumableSampler(DistributedSampler):
     def __iter__(self): return itertools.islice(super().__iter__(), self.start, None)
     def __len__(self): return self.num_samples - self.start
 
-# %% ../nbs/05_train.ipynb #2c16ee27
+# %% ../nbs/05_train.ipynb #ad239f7b
 def per_rank_batch(batch_size:Optional[int]=None, # samples per rank per step
                    global_batch_size:Optional[int]=None, # samples per step over all ranks (batch_size × world_size)
                    world_size:int=1, # ranks
@@ -98,7 +98,7 @@ def per_rank_batch(batch_size:Optional[int]=None, # samples per rank per step
     if batch_size < 1: raise ValueError(f"batch_size={batch_size}: give at least 1 sample per rank.")
     return batch_size
 
-# %% ../nbs/05_train.ipynb #936cfddc
+# %% ../nbs/05_train.ipynb #9ae4f4b8
 class StopRequested(KeyboardInterrupt):
     "Every rank stopped before the same batch because a stop was asked for: nothing lost, run the cell again to continue"
 
@@ -160,7 +160,7 @@ class StopVote:
         self._cast()
         return self._result()
 
-# %% ../nbs/05_train.ipynb #f6fb2e44
+# %% ../nbs/05_train.ipynb #59b2e2cf
 class ShardedLoader:
     "This rank's DataLoader over its shard: epochs advance by themselves (`set_epoch` done), resumable mid-epoch"
     def __init__(self, dataset, # the whole dataset: every rank gets its own shard
@@ -193,7 +193,7 @@ class ShardedLoader:
         "The rest of the current epoch; the next epoch starts once this one is exhausted"
         self.sampler.set_epoch(self.epoch)
         self.sampler.start = self.batch * self.batch_size
-        self.generator.manual_seed(self.seed + self.epoch)
+        self.generator.manual_seed(hash((self.seed, self.epoch, self.sampler.rank)) & (2**63 - 1))  # worker seeds: per rank and epoch
         self.stopped_at_end = False
         with stop_requests() if self.stoppable else nullcontext():
             vote = StopVote() if self.stoppable else (lambda: False)
@@ -210,18 +210,20 @@ class ShardedLoader:
 
     def state_dict(self) -> dict:
         "Where this loader is: epoch and batches consumed, with what it needs to check a resume"
-        return dict(epoch=self.epoch, batch=self.batch, batch_size=self.batch_size, world_size=self.world_size, seed=self.seed)
+        return dict(epoch=self.epoch, batch=self.batch, batch_size=self.batch_size, world_size=self.world_size, seed=self.seed,
+                    shuffle=self.sampler.shuffle, drop_last=self.loader.drop_last, size=len(self.sampler.dataset))
 
     def load_state_dict(self, sd:dict):
         "Continue at the epoch and batch in `sd` (from `state_dict`)"
-        for k in ('batch_size', 'world_size'):
-            if sd[k] != getattr(self, k):
-                raise ValueError(f"The checkpoint's loader had {k}={sd[k]}, this one has {getattr(self, k)}: "
+        mine = self.state_dict()
+        for k in ('batch_size', 'world_size', 'seed', 'shuffle', 'drop_last', 'size'):
+            if k in sd and sd[k] != mine[k]:
+                raise ValueError(f"The checkpoint's loader had {k}={sd[k]}, this one has {mine[k]}: "
                                  f"the position inside the epoch would point at other samples. Use the same {k}, "
                                  f"or resume at an epoch boundary with load_checkpoint(..., exact=False).")
         self.epoch, self.batch = sd['epoch'], sd['batch']
 
-# %% ../nbs/05_train.ipynb #d3d9d1b3
+# %% ../nbs/05_train.ipynb #3cb4a6be
 def _bf16_cpu_hook(process_group, bucket):
     "torch's bf16 compression hook (torch's own refuses to run without NCCL; gloo all-reduces bf16 fine)"
     from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import _compress_hook
@@ -243,7 +245,7 @@ def comm_hook(name:str, # 'fp16', 'bf16' or 'powersgd'
         return ps.PowerSGDState(process_group=None, matrix_approximation_rank=rank, start_powerSGD_iter=start_iter), ps.powerSGD_hook
     raise ValueError(f"compression={name!r}: use one of {COMPRESSION}, or None for full-precision all-reduces.")
 
-# %% ../nbs/05_train.ipynb #8142e5c3
+# %% ../nbs/05_train.ipynb #01762ebe
 def wrap_model(model:nn.Module, # the model, on any device
                sync_bn:bool=False, # convert BatchNorm to SyncBatchNorm (one GPU per rank only)
                compression:Optional[str]=None, # 'fp16', 'bf16' or 'powersgd' gradient compression, or None
@@ -281,7 +283,7 @@ def unwrap(model:nn.Module) -> nn.Module:
     "The module inside a DDP (or similar) wrapper"
     return getattr(model, 'module', model)
 
-# %% ../nbs/05_train.ipynb #77978202
+# %% ../nbs/05_train.ipynb #efea81d1
 def amp_dtype(device:torch.device) -> torch.dtype:
     "The autocast type for `device`: fp16 on CUDA (with a GradScaler), bf16 on CPU"
     return torch.float16 if device.type == 'cuda' else torch.bfloat16
@@ -301,7 +303,7 @@ def grad_scaler(enabled:bool=True, # False: a scaler that does nothing
     on = enabled and dev.type == 'cuda' and (dtype or amp_dtype(dev)) == torch.float16
     return torch.amp.GradScaler(dev.type, enabled=on)
 
-# %% ../nbs/05_train.ipynb #9eae96a7
+# %% ../nbs/05_train.ipynb #dd56e420
 def sync_context(model:nn.Module, # the DDP model (anything else: no-op)
                  sync:bool, # True on the micro-step whose backward should all-reduce
                 ):
@@ -318,7 +320,7 @@ def accumulation_group(i:int, # index of the micro-batch in the epoch
     size = min(k, n - g0)
     return size, i == g0 + size - 1
 
-# %% ../nbs/05_train.ipynb #2dd4d045
+# %% ../nbs/05_train.ipynb #9db60016
 def _barrier():
     if dist.is_initialized(): dist.barrier()
 
@@ -337,7 +339,7 @@ def _from_0(obj):
     box = [obj]; dist.broadcast_object_list(box, src=0)
     return box[0]
 
-# %% ../nbs/05_train.ipynb #0039c02d
+# %% ../nbs/05_train.ipynb #477748ff
 def checkpoints(folder:Union[str, Path], # where `save_checkpoint` writes
                ) -> list: # paths, oldest first
     "The complete checkpoints in `folder`, oldest first (temporary files of interrupted saves excluded)"
@@ -375,7 +377,7 @@ def atomic_save(obj, # what to save (torch.save)
     finally: os.close(fd)
     return path
 
-# %% ../nbs/05_train.ipynb #9443873a
+# %% ../nbs/05_train.ipynb #939bd16a
 def save_checkpoint(folder:Union[str, Path], # the run's checkpoint folder
                     model:nn.Module, # the model (DDP or not: the inner module is saved)
                     opt:Optional[torch.optim.Optimizer]=None, # its optimizer
@@ -403,7 +405,7 @@ def save_checkpoint(folder:Union[str, Path], # the run's checkpoint folder
     if err: raise RuntimeError(f"Saving the checkpoint {path} failed on rank 0: {err}. The previous checkpoints are intact.")
     return path
 
-# %% ../nbs/05_train.ipynb #857cfd74
+# %% ../nbs/05_train.ipynb #5f78773c
 class CheckpointError(ValueError):
     "A checkpoint that cannot be used here; the message says why and what to do"
 
@@ -429,7 +431,7 @@ def _newest_readable(folder:Path) -> tuple:
         except CheckpointError as e: warnings.warn(f"{e} Using the checkpoint before it.")
     return None, None
 
-# %% ../nbs/05_train.ipynb #2d1b4a8b
+# %% ../nbs/05_train.ipynb #0e395aea
 def load_checkpoint(src:Union[str, Path], # a checkpoint file, or a folder (its newest readable checkpoint)
                     model:nn.Module, # the model to load into (DDP or not)
                     opt:Optional[torch.optim.Optimizer]=None, # its optimizer
@@ -466,7 +468,7 @@ def load_checkpoint(src:Union[str, Path], # a checkpoint file, or a folder (its 
     return dict(step=state['step'], epoch=state['loader']['epoch'] if state.get('loader') else None, path=Path(path),
                 extra=state['extra'], rank_state=mine['state'])
 
-# %% ../nbs/05_train.ipynb #5219dfad
+# %% ../nbs/05_train.ipynb #4707fcea
 def fit(model:nn.Module, # the DDP-wrapped model
         loader:ShardedLoader, # this rank's loader
         opt:torch.optim.Optimizer, # the optimizer
