@@ -83,7 +83,7 @@ class RankState:
     "What the notebook knows of one rank: identity, liveness, progress, load and flagged values"
     def __init__(self, rank):
         self.rank, self.pid, self.host, self.seen, self.busy, self.load, self.run = rank, None, None, 0., False, {}, 0
-        self.step, self.latest, self.progress, self.start, self.error = None, {}, {}, None, None
+        self.step, self.latest, self.progress, self.start, self.error, self.stop_eta = None, {}, {}, None, None, None
         self.rate = deque(maxlen=64)  # (time, step) for steps/s
         self.flags = deque(maxlen=20)
 
@@ -116,6 +116,7 @@ def _fold(self:Collector, msg:dict):
     "`_ingest` without the lock"
     rs = self.ranks.setdefault(msg['rank'], RankState(msg['rank']))
     rs.pid, rs.host, rs.seen, rs.busy = msg['pid'], msg['host'], time.time(), msg['busy']
+    rs.stop_eta = msg.get('stop_eta')  # inside a cooperative stop region: how long a stop would take
     if 'load' in msg: rs.load = msg['load']
     rs.error = msg.get('error')
     for step, k, why in msg.get('flags', []): rs.flags.append((step, k, why))

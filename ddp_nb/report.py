@@ -89,6 +89,11 @@ class Reporter:
         self.buf.append((t, step, metrics))
 
 # %% ../nbs/03_report.ipynb #f5c44810
+def _stop_eta():
+    "Seconds a cooperative stop would take now (the loop's vote spacing), or None outside a stop region"
+    train = sys.modules.get('ddp_nb.train')
+    return train.stop_eta() if train is not None else None
+
 @patch
 def _batch(self:Reporter) -> dict:
     "Drain the buffer into one message: points, flags, heartbeat and (now and then) load"
@@ -103,7 +108,7 @@ def _batch(self:Reporter) -> dict:
         pts.append((t, int(s) if bad is None else -1, vals))
     now = time.time()
     msg = dict(rank=self.rank, pid=self.pid, host=self.host, t=now, pts=pts, flags=flags,
-               busy=now - self.last_report < 2.0, dropped=self.dropped, error=self.error)
+               busy=now - self.last_report < 2.0, dropped=self.dropped, error=self.error, stop_eta=_stop_eta())
     if now - self.last_load >= self.load_interval:
         msg['load'], self.last_load = self.load(), now
     return msg

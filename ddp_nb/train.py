@@ -4,11 +4,12 @@
 
 # %% auto #0
 __all__ = ['COMPRESSION', 'seed_everything', 'rng_state', 'set_rng_state', 'ResumableSampler', 'per_rank_batch', 'StopRequested',
-           'stop_requests', 'control_group', 'StopVote', 'ShardedLoader', 'comm_hook', 'wrap_model', 'rewrap', 'unwrap',
-           'amp_dtype', 'autocast', 'grad_scaler', 'sync_context', 'accumulation_group', 'checkpoints', 'atomic_save',
-           'save_checkpoint', 'CheckpointError', 'read_checkpoint', 'load_checkpoint', 'fit']
+           'stop_eta', 'stop_requests', 'control_group', 'StopVote', 'ShardedLoader', 'comm_hook', 'wrap_model',
+           'rewrap', 'unwrap', 'amp_dtype', 'autocast', 'grad_scaler', 'sync_context', 'accumulation_group',
+           'checkpoints', 'atomic_save', 'save_checkpoint', 'CheckpointError', 'read_checkpoint', 'load_checkpoint',
+           'fit']
 
-# %% ../nbs/05_train.ipynb #018dc9e5
+# %% ../nbs/05_train.ipynb #98997bbb
 import itertools, math, os, random, signal, threading, time, warnings
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
@@ -22,7 +23,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 from .engine import rank_info
 from .report import report
 
-# %% ../nbs/05_train.ipynb #34da5156
+# %% ../nbs/05_train.ipynb #f7e46ccb
 def seed_everything(seed:int=0, # the seed every rank starts from
                     per_rank:bool=False, # add the rank, for random streams that should differ between ranks
                     deterministic:bool=False, # also make torch use deterministic kernels (slower; errors on ops without one)
@@ -40,7 +41,7 @@ def seed_everything(seed:int=0, # the seed every rank starts from
     torch.backends.cudnn.benchmark = False
     return s
 
-# %% ../nbs/05_train.ipynb #c2a107fd
+# %% ../nbs/05_train.ipynb #de67c8e7
 def rng_state() -> dict:
     "This rank's random generators (Python, numpy, torch CPU and CUDA) as tensors and plain types"
     v, keys, gauss = random.getstate()
@@ -65,7 +66,7 @@ def set_rng_state(st:dict, # from `rng_state`
         np.random.set_state((kind, mt.cpu().numpy().astype(np.uint32), pos, has_gauss, cached))
     if 'cuda' in st and torch.cuda.is_available(): torch.cuda.set_rng_state_all([t.cpu() for t in st['cuda']])
 
-# %% ../nbs/05_train.ipynb #a8b3008f
+# %% ../nbs/05_train.ipynb #5950d679
 class ResumableSampler(DistributedSampler):
     "`DistributedSampler` that can start part-way through an epoch: same order, minus the first `start` samples"
     def __init__(self, dataset, # the whole dataset
@@ -82,7 +83,7 @@ class ResumableSampler(DistributedSampler):
     def __iter__(self): return itertools.islice(super().__iter__(), self.start, None)
     def __len__(self): return self.num_samples - self.start
 
-# %% ../nbs/05_train.ipynb #ad239f7b
+# %% ../nbs/05_train.ipynb #a798cf01
 def per_rank_batch(batch_size:Optional[int]=None, # samples per rank per step
                    global_batch_size:Optional[int]=None, # samples per step over all ranks (batch_size × world_size)
                    world_size:int=1, # ranks
@@ -98,11 +99,15 @@ def per_rank_batch(batch_size:Optional[int]=None, # samples per rank per step
     if batch_size < 1: raise ValueError(f"batch_size={batch_size}: give at least 1 sample per rank.")
     return batch_size
 
-# %% ../nbs/05_train.ipynb #9ae4f4b8
+# %% ../nbs/05_train.ipynb #572ce07e
 class StopRequested(KeyboardInterrupt):
     "Every rank stopped before the same batch because a stop was asked for: nothing lost, run the cell again to continue"
 
-_stop = {'requested': False}
+_stop = {'requested': False, 'active': False, 'eta': 0.2}
+
+def stop_eta() -> Optional[float]:
+    "Seconds a cooperative stop would take now (about two vote spacings), or None outside a stop region"
+    return _stop['eta'] if _stop['active'] else None
 
 def _on_sigint(sig, frame):
     if _stop['requested']: raise KeyboardInterrupt("interrupted again: stopping now, without waiting for the other ranks")
@@ -113,9 +118,10 @@ def stop_requests():
     "Inside (nestable): a first SIGINT asks for a cooperative stop, a second one interrupts at once"
     if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) is _on_sigint:
         yield; return  # not ours to handle, or an outer region handles it
-    _stop['requested'], old = False, signal.signal(signal.SIGINT, _on_sigint)
+    _stop['requested'], _stop['active'], old = False, True, signal.signal(signal.SIGINT, _on_sigint)
     try: yield
     finally:
+        _stop['active'] = False
         if signal.getsignal(signal.SIGINT) is _on_sigint: signal.signal(signal.SIGINT, old)
 
 _ctrl = {}
@@ -131,10 +137,11 @@ class StopVote:
     "About every `interval` s (the same batches on every rank), an asynchronous all-reduce of 'stop?', read one vote later"
     def __init__(self, interval:float=0.1):
         self.group, self.work, self.buf, self.interval = control_group(), None, None, interval
-        self.every, self.count, self.cast_after, self.t = 1, 0, 1, time.perf_counter()
+        self.every, self.count, self.cast_after, self.t = 1, 0, 1, None
     def _cast(self):
         now = time.perf_counter()
-        self.buf = torch.tensor([float(_stop['requested']), now - self.t], dtype=torch.float64)
+        secs = now - self.t if self.t is not None else -1.0  # the first vote has no batches to time
+        self.buf = torch.tensor([float(_stop['requested']), secs], dtype=torch.float64)
         self.t, self.cast_after, self.count = now, max(self.count, 1), 0
         self.work = dist.all_reduce(self.buf, group=self.group, async_op=True)
     def _result(self) -> bool:
@@ -142,8 +149,10 @@ class StopVote:
         if self.work is None: return False
         self.work.wait(); self.work = None
         stop, secs = self.buf.tolist()
-        per_batch = secs / dist.get_world_size(self.group) / self.cast_after
-        self.every = max(1, min(1000, int(self.interval / max(per_batch, 1e-6))))
+        if secs > 0:
+            per_batch = secs / dist.get_world_size(self.group) / self.cast_after
+            self.every = max(1, min(1000, int(self.interval / max(per_batch, 1e-6))))
+            _stop['eta'] = 2 * self.every * per_batch + per_batch  # a request waits for the next vote, read at the one after
         return stop > 0
     def __call__(self) -> bool:
         "Call once per batch on every rank: True when the ranks agreed to stop (at the same batch on all of them)"
@@ -160,7 +169,7 @@ class StopVote:
         self._cast()
         return self._result()
 
-# %% ../nbs/05_train.ipynb #59b2e2cf
+# %% ../nbs/05_train.ipynb #8e550fa8
 class ShardedLoader:
     "This rank's DataLoader over its shard: epochs advance by themselves (`set_epoch` done), resumable mid-epoch"
     def __init__(self, dataset, # the whole dataset: every rank gets its own shard
@@ -223,7 +232,7 @@ class ShardedLoader:
                                  f"or resume at an epoch boundary with load_checkpoint(..., exact=False).")
         self.epoch, self.batch = sd['epoch'], sd['batch']
 
-# %% ../nbs/05_train.ipynb #3cb4a6be
+# %% ../nbs/05_train.ipynb #4acdbd00
 def _bf16_cpu_hook(process_group, bucket):
     "torch's bf16 compression hook (torch's own refuses to run without NCCL; gloo all-reduces bf16 fine)"
     from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import _compress_hook
@@ -245,7 +254,7 @@ def comm_hook(name:str, # 'fp16', 'bf16' or 'powersgd'
         return ps.PowerSGDState(process_group=None, matrix_approximation_rank=rank, start_powerSGD_iter=start_iter), ps.powerSGD_hook
     raise ValueError(f"compression={name!r}: use one of {COMPRESSION}, or None for full-precision all-reduces.")
 
-# %% ../nbs/05_train.ipynb #01762ebe
+# %% ../nbs/05_train.ipynb #e2073eb9
 def wrap_model(model:nn.Module, # the model, on any device
                sync_bn:bool=False, # convert BatchNorm to SyncBatchNorm (one GPU per rank only)
                compression:Optional[str]=None, # 'fp16', 'bf16' or 'powersgd' gradient compression, or None
@@ -283,7 +292,7 @@ def unwrap(model:nn.Module) -> nn.Module:
     "The module inside a DDP (or similar) wrapper"
     return getattr(model, 'module', model)
 
-# %% ../nbs/05_train.ipynb #efea81d1
+# %% ../nbs/05_train.ipynb #16082810
 def amp_dtype(device:torch.device) -> torch.dtype:
     "The autocast type for `device`: fp16 on CUDA (with a GradScaler), bf16 on CPU"
     return torch.float16 if device.type == 'cuda' else torch.bfloat16
@@ -303,7 +312,7 @@ def grad_scaler(enabled:bool=True, # False: a scaler that does nothing
     on = enabled and dev.type == 'cuda' and (dtype or amp_dtype(dev)) == torch.float16
     return torch.amp.GradScaler(dev.type, enabled=on)
 
-# %% ../nbs/05_train.ipynb #dd56e420
+# %% ../nbs/05_train.ipynb #6ef52269
 def sync_context(model:nn.Module, # the DDP model (anything else: no-op)
                  sync:bool, # True on the micro-step whose backward should all-reduce
                 ):
@@ -320,7 +329,7 @@ def accumulation_group(i:int, # index of the micro-batch in the epoch
     size = min(k, n - g0)
     return size, i == g0 + size - 1
 
-# %% ../nbs/05_train.ipynb #9db60016
+# %% ../nbs/05_train.ipynb #a458b488
 def _barrier():
     if dist.is_initialized(): dist.barrier()
 
@@ -339,7 +348,7 @@ def _from_0(obj):
     box = [obj]; dist.broadcast_object_list(box, src=0)
     return box[0]
 
-# %% ../nbs/05_train.ipynb #477748ff
+# %% ../nbs/05_train.ipynb #0cf1ffbe
 def checkpoints(folder:Union[str, Path], # where `save_checkpoint` writes
                ) -> list: # paths, oldest first
     "The complete checkpoints in `folder`, oldest first (temporary files of interrupted saves excluded)"
@@ -377,7 +386,7 @@ def atomic_save(obj, # what to save (torch.save)
     finally: os.close(fd)
     return path
 
-# %% ../nbs/05_train.ipynb #939bd16a
+# %% ../nbs/05_train.ipynb #700a5994
 def save_checkpoint(folder:Union[str, Path], # the run's checkpoint folder
                     model:nn.Module, # the model (DDP or not: the inner module is saved)
                     opt:Optional[torch.optim.Optimizer]=None, # its optimizer
@@ -405,7 +414,7 @@ def save_checkpoint(folder:Union[str, Path], # the run's checkpoint folder
     if err: raise RuntimeError(f"Saving the checkpoint {path} failed on rank 0: {err}. The previous checkpoints are intact.")
     return path
 
-# %% ../nbs/05_train.ipynb #5f78773c
+# %% ../nbs/05_train.ipynb #b94ec072
 class CheckpointError(ValueError):
     "A checkpoint that cannot be used here; the message says why and what to do"
 
@@ -431,7 +440,7 @@ def _newest_readable(folder:Path) -> tuple:
         except CheckpointError as e: warnings.warn(f"{e} Using the checkpoint before it.")
     return None, None
 
-# %% ../nbs/05_train.ipynb #0e395aea
+# %% ../nbs/05_train.ipynb #2eb09993
 def load_checkpoint(src:Union[str, Path], # a checkpoint file, or a folder (its newest readable checkpoint)
                     model:nn.Module, # the model to load into (DDP or not)
                     opt:Optional[torch.optim.Optimizer]=None, # its optimizer
@@ -468,7 +477,7 @@ def load_checkpoint(src:Union[str, Path], # a checkpoint file, or a folder (its 
     return dict(step=state['step'], epoch=state['loader']['epoch'] if state.get('loader') else None, path=Path(path),
                 extra=state['extra'], rank_state=mine['state'])
 
-# %% ../nbs/05_train.ipynb #4707fcea
+# %% ../nbs/05_train.ipynb #5b326b7e
 def fit(model:nn.Module, # the DDP-wrapped model
         loader:ShardedLoader, # this rank's loader
         opt:torch.optim.Optimizer, # the optimizer

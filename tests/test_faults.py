@@ -148,6 +148,17 @@ def test_twenty_interrupts_stop_cooperatively(k):
     assert k.value("len(cluster_procs(cl.cluster_id)) == n_procs")
 
 
+def test_slow_steps_still_stop_cooperatively(k):
+    "Steps of 0.8 s: the stop waits for the vote (the ranks tell the dashboard how long that takes) instead of forcing"
+    _, out, err, _ = k.run("%%px\nimport time\nfrom ddp_nb.train import ShardedLoader\nfrom ddp_nb.digits import digits_data\n"
+                           "slow = ShardedLoader(digits_data(), batch_size=64)")
+    assert err is None, out
+    took, out, err, _ = k.run("%%px\nfor e in range(100):\n    for b in slow: time.sleep(0.8)", interrupt_after=3)
+    assert 'Stopped cooperatively' in out and err and err.startswith('Interrupted'), out
+    assert k.value("len(set(cl.view['(slow.epoch, slow.batch)']))") == 1
+    MEASURED['interrupt with 0.8 s steps: every rank stopped cooperatively (s)'] = stop_time(out)
+
+
 def test_interrupts_without_the_loader_leave_a_healthy_group(k):
     "A raw all-reduce loop: SIGINT; a rank left waiting in the next all-reduce is replaced; the group is healthy after"
     healthy, stops, cells, replaced = 0, [], [], 0
