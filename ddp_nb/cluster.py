@@ -13,7 +13,7 @@ from .core import *
 
 # %% auto #0
 __all__ = ['Rank', 'ENGINE_MAIN', 'local_gpus', 'local_cpus', 'local_ipv4', 'probe_host', 'cluster_procs', 'kill_procs',
-           'stop_orphans', 'DDPCluster', 'stack_file']
+           'DDPCluster', 'stack_file']
 
 # %% ../nbs/01_cluster.ipynb #2dcda6e5
 def local_gpus() -> int:
@@ -108,20 +108,6 @@ def _stop_ipp(cluster, # the ipyparallel Cluster (None: only what `rc` can reach
     if cluster_id: kill_procs(cluster_procs(cluster_id), grace=0.5)  # mostly the nannies, which take ~1.5 s to honour SIGTERM
     try: os.remove(cluster.cluster_file)
     except (OSError, AttributeError, TypeError): pass
-
-def stop_orphans(everything:bool=False, # also stop clusters whose owner is alive
-                 ipython_dir:str|None=None, # only clusters whose processes run with this IPYTHONDIR
-                ) -> list[str]: # ids of the clusters stopped
-    "Stop ddp_nb clusters whose owning process is gone (all of them with `everything`)"
-    by_id = {}
-    for p in cluster_procs():
-        try: d = p.environ().get('IPYTHONDIR')
-        except (psutil.Error, OSError): continue
-        if ipython_dir is None or (d and os.path.realpath(d) == os.path.realpath(ipython_dir)):
-            by_id.setdefault(_cluster_of(p), []).append(p)
-    gone = [cid for cid in by_id if everything or not psutil.pid_exists(cluster_owner(cid))]
-    for cid in gone: kill_procs(by_id[cid])
-    return sorted(gone)
 
 # %% ../nbs/01_cluster.ipynb #1ee0241c
 Rank = namedtuple('Rank', 'rank engine_id host pid local_rank device')
@@ -305,8 +291,17 @@ def start(self:DDPCluster) -> DDPCluster:
     self._ipp = self._ipp_cluster()
     if not self.persistent:  # a persistent cluster outlives this process
         self._fin = Finalize(self, _stop_ipp, args=(self._ipp, self.cluster_id), exitpriority=10)
+    def connect(): self._rc = self._ipp.start_and_connect_sync()
+    return self._bring_up(connect, t0)
+
+@patch
+def _bring_up(self:DDPCluster,
+              connect, # called first: sets `self._rc` (starting the engines, or finding them)
+              t0:float, # time.monotonic() when starting began
+             ) -> DDPCluster:
+    "Connect, form the checked process group, start the dashboard's collector and activate `%%px`; on any failure stop, leaving nothing"
     try:
-        self._rc = self._ipp.start_and_connect_sync()
+        connect()
         self._form_group()
         self._start_monitor()
         self._activate()
@@ -567,7 +562,7 @@ def _attach(cls,
     "Use a cluster someone already started (ipcluster, a Slurm job, engines started by hand): map its engines to ranks and set up DDP"
     cl = cls(n=n, backend=backend, timeout=timeout, threads=threads, engines='attached', ifname=ifname, port=port, start_timeout=wait)
     cl.attached, t0 = True, time.monotonic()
-    try:
+    def connect():
         if url_file is None:
             try:
                 cl._ipp = ipp.Cluster.from_file(profile=profile, profile_dir=profile_dir, cluster_id=cluster_id or '', log_level=logging.ERROR)
@@ -578,14 +573,7 @@ def _attach(cls,
         else: cl._rc = ipp.Client(url_file=url_file)
         cl.cluster_id = cluster_id or f"attached-{secrets.token_hex(3)}"
         cl._wait_for_engines(n, wait)
-        cl._form_group()
-        cl._start_monitor()
-        cl._activate()
-    except BaseException:
-        cl.stop()
-        raise
-    cl.start_time = time.monotonic() - t0
-    return cl
+    return cl._bring_up(connect, t0)
 
 DDPCluster.attach = classmethod(_attach)
 

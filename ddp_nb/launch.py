@@ -18,10 +18,9 @@ def script_envs(plan:list[dict], # the cluster's rank plan (`core.plan_ranks`), 
                 run_id:str, # TORCHELASTIC_RUN_ID for this run
                ) -> list[dict]: # one environment per rank, in rank order
     "The environment torchrun gives each worker, with the rendezvous store hosted by rank 0 for the script (agent-store mode)"
-    hosts = list(dict.fromkeys(p['host'] for p in plan))  # plan_ranks orders ranks by host: a host's index is its group rank
-    return [dict(torchrun_env({**p, 'group_rank': hosts.index(p['host'])}, master_addr, master_port),
+    return [dict(torchrun_env(p, master_addr, master_port),
                  ROLE_RANK=str(p['rank']), ROLE_NAME='default', ROLE_WORLD_SIZE=str(p['world_size']),
-                 GROUP_WORLD_SIZE=str(len(hosts)), TORCHELASTIC_RESTART_COUNT='0', TORCHELASTIC_MAX_RESTARTS='0',
+                 GROUP_WORLD_SIZE=str(len({q.get('group_rank', 0) for q in plan})), TORCHELASTIC_RESTART_COUNT='0', TORCHELASTIC_MAX_RESTARTS='0',
                  TORCHELASTIC_RUN_ID=run_id, TORCHELASTIC_USE_AGENT_STORE='True')
             for p in plan]
 

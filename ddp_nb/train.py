@@ -9,7 +9,7 @@ __all__ = ['COMPRESSION', 'seed_everything', 'rng_state', 'set_rng_state', 'Resu
            'checkpoints', 'atomic_save', 'save_checkpoint', 'CheckpointError', 'read_checkpoint', 'load_checkpoint',
            'fit']
 
-# %% ../nbs/05_train.ipynb #98997bbb
+# %% ../nbs/05_train.ipynb #f15a3f82
 import itertools, math, os, random, signal, threading, time, warnings
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
@@ -23,7 +23,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 from .engine import rank_info
 from .report import report
 
-# %% ../nbs/05_train.ipynb #f7e46ccb
+# %% ../nbs/05_train.ipynb #06bcc7a8
 def seed_everything(seed:int=0, # the seed every rank starts from
                     per_rank:bool=False, # add the rank, for random streams that should differ between ranks
                     deterministic:bool=False, # also make torch use deterministic kernels (slower; errors on ops without one)
@@ -41,7 +41,7 @@ def seed_everything(seed:int=0, # the seed every rank starts from
     torch.backends.cudnn.benchmark = False
     return s
 
-# %% ../nbs/05_train.ipynb #de67c8e7
+# %% ../nbs/05_train.ipynb #07cac45a
 def rng_state() -> dict:
     "This rank's random generators (Python, numpy, torch CPU and CUDA) as tensors and plain types"
     v, keys, gauss = random.getstate()
@@ -66,7 +66,7 @@ def set_rng_state(st:dict, # from `rng_state`
         np.random.set_state((kind, mt.cpu().numpy().astype(np.uint32), pos, has_gauss, cached))
     if 'cuda' in st and torch.cuda.is_available(): torch.cuda.set_rng_state_all([t.cpu() for t in st['cuda']])
 
-# %% ../nbs/05_train.ipynb #5950d679
+# %% ../nbs/05_train.ipynb #43f74bbf
 class ResumableSampler(DistributedSampler):
     "`DistributedSampler` that can start part-way through an epoch: same order, minus the first `start` samples"
     def __init__(self, dataset, # the whole dataset
@@ -83,7 +83,7 @@ class ResumableSampler(DistributedSampler):
     def __iter__(self): return itertools.islice(super().__iter__(), self.start, None)
     def __len__(self): return self.num_samples - self.start
 
-# %% ../nbs/05_train.ipynb #a798cf01
+# %% ../nbs/05_train.ipynb #549d1217
 def per_rank_batch(batch_size:Optional[int]=None, # samples per rank per step
                    global_batch_size:Optional[int]=None, # samples per step over all ranks (batch_size × world_size)
                    world_size:int=1, # ranks
@@ -99,7 +99,7 @@ def per_rank_batch(batch_size:Optional[int]=None, # samples per rank per step
     if batch_size < 1: raise ValueError(f"batch_size={batch_size}: give at least 1 sample per rank.")
     return batch_size
 
-# %% ../nbs/05_train.ipynb #572ce07e
+# %% ../nbs/05_train.ipynb #d2c8eb5b
 class StopRequested(KeyboardInterrupt):
     "Every rank stopped before the same batch because a stop was asked for: nothing lost, run the cell again to continue"
 
@@ -169,7 +169,7 @@ class StopVote:
         self._cast()
         return self._result()
 
-# %% ../nbs/05_train.ipynb #8e550fa8
+# %% ../nbs/05_train.ipynb #618c4a9b
 class ShardedLoader:
     "This rank's DataLoader over its shard: epochs advance by themselves (`set_epoch` done), resumable mid-epoch"
     def __init__(self, dataset, # the whole dataset: every rank gets its own shard
@@ -232,7 +232,7 @@ class ShardedLoader:
                                  f"or resume at an epoch boundary with load_checkpoint(..., exact=False).")
         self.epoch, self.batch = sd['epoch'], sd['batch']
 
-# %% ../nbs/05_train.ipynb #4acdbd00
+# %% ../nbs/05_train.ipynb #9254a988
 def _bf16_cpu_hook(process_group, bucket):
     "torch's bf16 compression hook (torch's own refuses to run without NCCL; gloo all-reduces bf16 fine)"
     from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import _compress_hook
@@ -254,7 +254,7 @@ def comm_hook(name:str, # 'fp16', 'bf16' or 'powersgd'
         return ps.PowerSGDState(process_group=None, matrix_approximation_rank=rank, start_powerSGD_iter=start_iter), ps.powerSGD_hook
     raise ValueError(f"compression={name!r}: use one of {COMPRESSION}, or None for full-precision all-reduces.")
 
-# %% ../nbs/05_train.ipynb #e2073eb9
+# %% ../nbs/05_train.ipynb #698b2db2
 def wrap_model(model:nn.Module, # the model, on any device
                sync_bn:bool=False, # convert BatchNorm to SyncBatchNorm (one GPU per rank only)
                compression:Optional[str]=None, # 'fp16', 'bf16' or 'powersgd' gradient compression, or None
@@ -292,7 +292,7 @@ def unwrap(model:nn.Module) -> nn.Module:
     "The module inside a DDP (or similar) wrapper"
     return getattr(model, 'module', model)
 
-# %% ../nbs/05_train.ipynb #16082810
+# %% ../nbs/05_train.ipynb #7964abc2
 def amp_dtype(device:torch.device) -> torch.dtype:
     "The autocast type for `device`: fp16 on CUDA (with a GradScaler), bf16 on CPU"
     return torch.float16 if device.type == 'cuda' else torch.bfloat16
@@ -312,7 +312,7 @@ def grad_scaler(enabled:bool=True, # False: a scaler that does nothing
     on = enabled and dev.type == 'cuda' and (dtype or amp_dtype(dev)) == torch.float16
     return torch.amp.GradScaler(dev.type, enabled=on)
 
-# %% ../nbs/05_train.ipynb #6ef52269
+# %% ../nbs/05_train.ipynb #c6f2e270
 def sync_context(model:nn.Module, # the DDP model (anything else: no-op)
                  sync:bool, # True on the micro-step whose backward should all-reduce
                 ):
@@ -329,7 +329,7 @@ def accumulation_group(i:int, # index of the micro-batch in the epoch
     size = min(k, n - g0)
     return size, i == g0 + size - 1
 
-# %% ../nbs/05_train.ipynb #a458b488
+# %% ../nbs/05_train.ipynb #0d9e6b1f
 def _barrier():
     if dist.is_initialized(): dist.barrier()
 
@@ -348,7 +348,7 @@ def _from_0(obj):
     box = [obj]; dist.broadcast_object_list(box, src=0)
     return box[0]
 
-# %% ../nbs/05_train.ipynb #0cf1ffbe
+# %% ../nbs/05_train.ipynb #b4bc73d1
 def checkpoints(folder:Union[str, Path], # where `save_checkpoint` writes
                ) -> list: # paths, oldest first
     "The complete checkpoints in `folder`, oldest first (temporary files of interrupted saves excluded)"
@@ -386,7 +386,7 @@ def atomic_save(obj, # what to save (torch.save)
     finally: os.close(fd)
     return path
 
-# %% ../nbs/05_train.ipynb #700a5994
+# %% ../nbs/05_train.ipynb #a80963c2
 def save_checkpoint(folder:Union[str, Path], # the run's checkpoint folder
                     model:nn.Module, # the model (DDP or not: the inner module is saved)
                     opt:Optional[torch.optim.Optimizer]=None, # its optimizer
@@ -414,7 +414,7 @@ def save_checkpoint(folder:Union[str, Path], # the run's checkpoint folder
     if err: raise RuntimeError(f"Saving the checkpoint {path} failed on rank 0: {err}. The previous checkpoints are intact.")
     return path
 
-# %% ../nbs/05_train.ipynb #b94ec072
+# %% ../nbs/05_train.ipynb #f3d73447
 class CheckpointError(ValueError):
     "A checkpoint that cannot be used here; the message says why and what to do"
 
@@ -440,7 +440,7 @@ def _newest_readable(folder:Path) -> tuple:
         except CheckpointError as e: warnings.warn(f"{e} Using the checkpoint before it.")
     return None, None
 
-# %% ../nbs/05_train.ipynb #2eb09993
+# %% ../nbs/05_train.ipynb #07d6bdcf
 def load_checkpoint(src:Union[str, Path], # a checkpoint file, or a folder (its newest readable checkpoint)
                     model:nn.Module, # the model to load into (DDP or not)
                     opt:Optional[torch.optim.Optimizer]=None, # its optimizer
@@ -477,7 +477,7 @@ def load_checkpoint(src:Union[str, Path], # a checkpoint file, or a folder (its 
     return dict(step=state['step'], epoch=state['loader']['epoch'] if state.get('loader') else None, path=Path(path),
                 extra=state['extra'], rank_state=mine['state'])
 
-# %% ../nbs/05_train.ipynb #5b326b7e
+# %% ../nbs/05_train.ipynb #c084871a
 def fit(model:nn.Module, # the DDP-wrapped model
         loader:ShardedLoader, # this rank's loader
         opt:torch.optim.Optimizer, # the optimizer
@@ -493,15 +493,16 @@ def fit(model:nn.Module, # the DDP-wrapped model
        ) -> dict: # step, epoch, per-epoch losses (mean over ranks), the step it resumed from (or None)
     "Train `model` for `epochs` with accumulation, AMP, reporting and resumable checkpoints"
     dev, scaler = rank_info().device, grad_scaler(amp)
-    st = loader.__dict__.setdefault('fit_state', dict(step=0, losses=[], tot=torch.zeros(2, dtype=torch.float64)))
+    def zeros(): return torch.zeros(2, dtype=torch.float64, device=dev)  # running (sum of losses, steps), kept on the device: no sync per step
+    st = loader.__dict__.setdefault('fit_state', dict(step=0, losses=[], tot=zeros()))
     # resume from the checkpoint, unless this loader already trained in this process (after a stop: continue in memory)
     info = load_checkpoint(ckpt_dir, model, opt, scheduler, scaler, loader) if ckpt_dir and st['step'] == 0 else None
-    if info: st.update(info['rank_state']); st['tot'] = st['tot'].cpu()
+    if info: st.update(info['rank_state']); st['tot'] = st['tot'].to(dev)
     def save(): save_checkpoint(ckpt_dir, model, opt, st['step'], scheduler, scaler, loader, rank_state=st)
     def end_epoch():
-        tot = st['tot'].to(dev)
+        tot = st['tot']
         if dist.is_initialized(): dist.all_reduce(tot)
-        st['losses'].append((tot[0] / tot[1]).item()); st['tot'] = torch.zeros(2, dtype=torch.float64)
+        st['losses'].append((tot[0] / tot[1]).item()); st['tot'] = zeros()
         if ckpt_dir and not (ckpt_every and st['step'] % ckpt_every == 0): save()
     model.train()
     with stop_requests():  # one stop region: a stop between epochs is cooperative too
@@ -520,7 +521,7 @@ def fit(model:nn.Module, # the DDP-wrapped model
                     scaler.step(opt); scaler.update(); opt.zero_grad(set_to_none=True)
                     if scheduler is not None: scheduler.step()
                     st['step'] += 1
-                    st['tot'] += torch.stack([gl.double().cpu(), torch.ones((), dtype=torch.float64)])
+                    st['tot'][0] += gl; st['tot'][1] += 1
                     report(st['step'], loss=gl, epoch=loader.epoch, total=n // accum + (n % accum > 0))
                     gl = torch.zeros((), device=dev)
                     if ckpt_dir and ((ckpt_every and st['step'] % ckpt_every == 0) or st['step'] == max_steps): save()

@@ -7,7 +7,8 @@ if 'IPYTHONDIR' not in os.environ or not os.environ['IPYTHONDIR'].startswith(tem
     os.environ['IPYTHONDIR'] = tempfile.mkdtemp(prefix='ddp_nb-pytest-ipython-')  # never the user's profile
 os.environ.setdefault('IPP_NONINTERACTIVE', '1')
 
-from ddp_nb.cluster import cluster_procs, stop_orphans
+from ddp_nb.cluster import cluster_procs
+from ddp_nb.cli import cleanup
 
 
 def ours():
@@ -27,7 +28,7 @@ def no_leftovers():
     assert ours() == [], "processes from an earlier test are still running"
     yield
     left = ours()
-    stop_orphans(everything=True, ipython_dir=os.environ['IPYTHONDIR'])
+    cleanup(everything=True, ipython_dir=os.environ["IPYTHONDIR"])
     assert left == [], f"left behind: {[(p.pid, ' '.join(p.cmdline())[:80]) for p in left]}"
 
 
