@@ -334,6 +334,12 @@ def check(self:DDPCluster, timeout:float=2, # seconds for the all-reduce
     return all(ok.values())
 
 @patch
+def _gone(self:DDPCluster) -> list:
+    "Ranks whose engine has exited: unregistered, or (on this host) its process is gone before the controller noticed"
+    return [r for r, s in self._task_status().items()
+            if s == 'dead' or (self.is_local(r) and _proc_status(self._plan[r]['pid']) in ('dead', psutil.STATUS_ZOMBIE))]
+
+@patch
 def _running(self:DDPCluster) -> list:
     return [r for r, s in self._task_status().items() if s == 'running']
 
@@ -370,16 +376,19 @@ def interrupt(self:DDPCluster, grace:float=1, # seconds the ranks get to stop af
         if not running: break
     if running: self.end_ranks(running); ended += running
     if ar is not None: ar.wait(5)
+    died = [r for r in self._gone() if r not in ended]  # engines that exited instead of stopping
+    ended += died
     states = self._states(ar) if ar is not None else {}
     out = {r: 'ended' if r in ended else {'stopped': 'stopped', 'error': 'interrupted'}.get(states.get(r, ('ok',))[0], 'finished')
            for r in range(self.world_size)}
     took = time.monotonic() - t0
     if ended:
-        why = f"ranks {stopped} were stopped (SIGSTOP?)" if stopped else ''
-        stuck = [r for r in ended if r not in stopped]
-        why += (' and ' if why and stuck else '') + (f"ranks {stuck} were stuck (in a collective?)" if stuck else '')
+        stuck = [r for r in ended if r not in stopped + died]
+        why = [f"ranks {stopped} were stopped (SIGSTOP?) and were ended"] * bool(stopped) \
+            + [f"ranks {stuck} were stuck (in a collective?) and were ended"] * bool(stuck) \
+            + [f"the engine of rank {r} {self._death(r)}" for r in died]
         kept = [r for r in range(self.world_size) if r not in ended]
-        print(f"Interrupted: every rank stopped in {took:.1f}s; {why} and were ended, their state is lost"
+        print(f"Interrupted: every rank stopped in {took:.1f}s; {'; '.join(why)}: their state is lost"
               + (f"; ranks {kept} kept theirs" if kept else '') + ". Replacing the ended ranks:", file=sys.stderr)
         self.restart(ended)
     elif all(v == 'stopped' for v in out.values()):
@@ -387,7 +396,9 @@ def interrupt(self:DDPCluster, grace:float=1, # seconds the ranks get to stop af
               f"group is healthy. Run the cell again to continue.", file=sys.stderr)
     else:
         healthy = self.check()
-        if not healthy: self.reform()
+        gone = [] if healthy else self._gone()  # an engine that exited after the stop: replace it (this re-forms the group)
+        if gone: self.restart(gone)
+        elif not healthy: self.reform()
         print(f"Interrupted: every rank stopped in {took:.1f}s ({', '.join(f'rank {r}: {v}' for r, v in out.items())}); every rank kept its "
               + ("state, and the process group is healthy." if healthy else
                  "state. The ranks were out of step, so the process group was re-created: rebuild what was bound to the "

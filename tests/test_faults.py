@@ -173,6 +173,18 @@ def test_interrupts_without_the_loader_leave_a_healthy_group(k):
     assert k.value("len(cluster_procs(cl.cluster_id)) == n_procs")
 
 
+def test_a_rank_that_exits_on_interrupt_is_replaced(k):
+    "A rank whose engine exits instead of stopping (a handler that exits, a crash): named with its exit status and replaced"
+    took, out, err, _ = k.run("%%px\nimport os, signal, time\n"
+                              "if rank == 1: signal.signal(signal.SIGINT, lambda *a: os._exit(3))\n"
+                              "while True: time.sleep(0.01)", interrupt_after=1.5)
+    assert err and err.startswith('Interrupted'), out
+    assert re.search(r'the engine of rank 1 (exited with status 3|died \(exit status unknown\))', out), out  # the launcher polls each 1 s
+    assert 'Restarted' in out and 'ranks [0] kept' in out, out
+    assert k.value("cl.check()") and k.value("len(cluster_procs(cl.cluster_id)) == n_procs")
+    MEASURED['interrupt where a rank exits instead: replaced, cell back in (s)'] = round(took, 2)
+
+
 def test_bad_input_says_what_to_do():
     before = {p.pid for p in ours()}  # the module's cluster may still be running
     kern = Kernel()
