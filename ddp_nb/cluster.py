@@ -377,6 +377,8 @@ def is_local(self:DDPCluster, rank:int) -> bool:
 def reform(self:DDPCluster) -> DDPCluster:
     "Destroy the process group on every rank and form a new one on a fresh port (engines and their state stay)"
     self._live()
+    gone = [r for r, s in self._task_status().items() if s == 'dead']
+    if gone: raise RuntimeError(f"Ranks {gone} have no engine any more (it died): cl.restart() replaces them and forms a new group.")
     _gather({p['rank']: self._rc[p['engine_id']].apply_async(_engine, 'teardown') for p in self._plan},
             'Tearing down the process group', self.timeout)
     self._form_group()

@@ -418,8 +418,7 @@ def restart(self:DDPCluster,
     elif ranks is None: ranks = [r for r, s in status.items() if s in ('dead', 'running')]
     ranks = sorted(set(ranks) | {r for r, s in status.items() if s == 'dead'})  # a dead rank is always replaced
     t0 = time.monotonic()
-    alive = [r for r in ranks if status.get(r) != 'dead']
-    if alive: self.end_ranks(alive)
+    if ranks: self.end_ranks(ranks)  # also an engine the controller dropped (missed heartbeats) that still runs here
     keep = {p['engine_id']: p['rank'] for p in self._plan if p['rank'] not in ranks}
     old = {p['engine_id'] for p in self._plan}
     if ranks and self.engines == 'local':

@@ -142,7 +142,7 @@ def _echo(ars:dict, seen:dict, final:bool=False):
 def _follow(ars:dict, # rank -> AsyncResult of `run_rank`
             timeout:float|None, # seconds to wait for all ranks; None: no limit
             seen:dict|None=None, # characters echoed so far per (rank, stream)
-            on_stall=None, # called once when some ranks have been done for `grace` seconds and others still run
+            on_stall=None, # called when some ranks have been done for `grace` seconds and others still run, then every `grace` s
             grace:float=3., # seconds
            ) -> list[int]: # ranks still running at the deadline
     "Wait for every rank, echoing their output as it comes"
@@ -155,7 +155,7 @@ def _follow(ars:dict, # rank -> AsyncResult of `run_rank`
         if not busy or (deadline is not None and time.monotonic() >= deadline): return busy
         if on_stall is not None and len(busy) < len(ars):
             since = since or time.monotonic()
-            if time.monotonic() - since >= grace: on_stall(); on_stall = None
+            if time.monotonic() - since >= grace: on_stall(); since = time.monotonic()
         ars[busy[0]].wait(0.2)
 
 # %% ../nbs/08_launch.ipynb #d7119800
@@ -200,10 +200,11 @@ def _follow_script(self:DDPCluster,
                   ) -> tuple[list[int], str|None]: # (ranks that never returned, why the script was stopped)
     "Follow the script on every rank, release peers of ranks that failed before joining, stop the ranks with SIGINT past `timeout` or on interrupt"
     rc, plan, rescues, seen, stopped = self._rc, self._plan, {}, {}, None
-    def release():  # ranks that failed before joining the script's group: let the peers waiting for them go on
+    def failed(a): return a.ready() and not (a.successful() and a.get())  # a release that did not form the group
+    def release():  # ranks that failed before joining the script's group: let the peers waiting for them go on (again if a try failed)
         for r, ar in ars.items():
             res = ar.get() if ar.ready() and ar.successful() else None
-            if res and res['exit_code'] and not res['in_group'] and r not in rescues:
+            if res and res['exit_code'] and not res['in_group'] and (r not in rescues or failed(rescues[r])):
                 rescues[r] = rc[plan[r]['engine_id']].apply_async(_engine, 'launch.release_peers', envs[r], self.backend, self.timeout)
     try: busy = _follow(ars, timeout, seen, release)
     except KeyboardInterrupt: busy, stopped = [r for r, ar in ars.items() if not ar.ready()], 'interrupted'
