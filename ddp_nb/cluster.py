@@ -10,10 +10,11 @@ from multiprocessing.util import Finalize
 import psutil
 import ipyparallel as ipp
 from .core import *
+from .engine_main import cluster_members
 
 # %% auto #0
-__all__ = ['Rank', 'ENGINE_MAIN', 'local_gpus', 'local_cpus', 'local_ipv4', 'probe_host', 'cluster_procs', 'kill_procs',
-           'DDPCluster', 'stack_file']
+__all__ = ['Rank', 'ENGINE_MAIN', 'local_gpus', 'local_cpus', 'probe_host', 'cluster_procs', 'kill_procs', 'DDPCluster',
+           'stack_file']
 
 # %% ../nbs/01_cluster.ipynb #2dcda6e5
 def local_gpus() -> int:
@@ -25,10 +26,6 @@ def local_gpus() -> int:
 def local_cpus() -> int:
     "Cores this process may run on"
     return len(os.sched_getaffinity(0))
-
-def local_ipv4() -> dict:
-    "{interface: [IPv4 addresses]} of this host"
-    return {k: [a.address for a in v if a.family == socket.AF_INET] for k, v in psutil.net_if_addrs().items()}
 
 def _ssh_target(host:str) -> tuple:
     "('user@name', port or None) from ipyparallel's 'user@name:port' host syntax"
@@ -61,13 +58,8 @@ def _cluster_of(p:psutil.Process) -> str|None:
 def cluster_procs(cluster_id:str|None=None, # a cluster's id, or None for every ddp_nb cluster
                  ) -> list[psutil.Process]: # live processes of that cluster
     "Processes that belong to `cluster_id` (or to any ddp_nb cluster)"
-    me = os.getpid()
-    out = []
-    for p in psutil.process_iter():
-        if p.pid == me: continue
-        cid = _cluster_of(p)
-        if cid and (cid == cluster_id if cluster_id else cluster_owner(cid) is not None): out.append(p)
-    return out
+    if cluster_id: return cluster_members(cluster_id)
+    return [p for p in psutil.process_iter() if p.pid != os.getpid() and cluster_owner(_cluster_of(p)) is not None]
 
 def kill_procs(procs:list[psutil.Process], # processes to end
                grace:float=2.0, # seconds between SIGTERM and SIGKILL
@@ -377,12 +369,16 @@ def is_local(self:DDPCluster, rank:int) -> bool:
 def reform(self:DDPCluster) -> DDPCluster:
     "Destroy the process group on every rank and form a new one on a fresh port (engines and their state stay)"
     self._live()
-    gone = [r for r, s in self._task_status().items() if s == 'dead']
+    gone = self._gone()
     if gone: raise RuntimeError(f"Ranks {gone} have no engine any more (it died): cl.restart() replaces them and forms a new group.")
-    _gather({p['rank']: self._rc[p['engine_id']].apply_async(_engine, 'teardown') for p in self._plan},
-            'Tearing down the process group', self.timeout)
+    self._teardown(self._plan)
     self._form_group()
     return self
+
+@patch
+def _teardown(self:DDPCluster, plan:list):
+    "Destroy the process group (and store) on the ranks in `plan`; their engines and namespaces stay"
+    _gather({p['rank']: self._rc[p['engine_id']].apply_async(_engine, 'teardown') for p in plan}, 'Tearing down the process group', self.timeout)
 
 # %% ../nbs/01_cluster.ipynb #628dade3
 @patch
@@ -390,8 +386,13 @@ def _start_monitor(self:DDPCluster):
     "Start the kernel's collector and connect every rank's reporter to it"
     from ddp_nb.dashboard import Collector
     self._collector = Collector(self._collector_host())
+    self._connect_reporters(self._plan)
+
+@patch
+def _connect_reporters(self:DDPCluster, plan:list):
+    "Connect the reporters of the ranks in `plan` to the kernel's collector"
     _gather({p['rank']: self._rc[p['engine_id']].apply_async(_engine, 'report.connect', self._collector.addr, p['rank'])
-             for p in self._plan}, 'Connecting the ranks to the dashboard', self.timeout)
+             for p in plan}, 'Connecting the ranks to the dashboard', self.timeout)
 
 @patch
 def _collector_host(self:DDPCluster) -> str:
@@ -412,6 +413,11 @@ def _task_status(self:DDPCluster) -> dict:
         uuid = engines.get(p['engine_id'])
         out[p['rank']] = 'dead' if uuid is None else 'running' if pending.get(uuid) else 'idle'
     return out
+
+@patch
+def _gone(self:DDPCluster) -> list:
+    "Ranks whose engine has exited: unregistered, or (on this host) its process gone before the controller noticed"
+    return [r for r, s in self._task_status().items() if s == 'dead' or (self.is_local(r) and not pid_alive(self._plan[r]['pid']))]
 
 @patch
 def dashboard(self:DDPCluster,

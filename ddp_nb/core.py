@@ -9,8 +9,8 @@ import operator, re
 # %% auto #0
 __all__ = ['BACKENDS', 'CLUSTER_PREFIX', 'patch', 'pick_backend', 'engine_count', 'visible_gpus', 'threads_per_rank',
            'plan_ranks', 'check_gpus', 'torchrun_env', 'rank_device', 'single_host', 'host_identity', 'route_source',
-           'label_hosts', 'iface_of', 'master_address', 'check_ifname', 'engines_per_host', 'slurm_script',
-           'mpi_host_args', 'parse_ranks', 'make_cluster_id', 'cluster_owner']
+           'pid_alive', 'label_hosts', 'iface_of', 'local_ipv4', 'master_address', 'check_ifname', 'engines_per_host',
+           'slurm_script', 'mpi_host_args', 'parse_ranks', 'make_cluster_id', 'cluster_owner']
 
 # %% ../nbs/00_core.ipynb #41e60d21
 def patch(f=None, *, as_prop:bool=False):
@@ -143,6 +143,13 @@ def route_source(peer:str|None, # an address or host name to reach
             return s.getsockname()[0]
     except OSError: return None
 
+def pid_alive(pid:int) -> bool:
+    "Whether process `pid` of this host runs: it exists and is not a zombie (another user's counts as running)"
+    import psutil
+    try: return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess: return False
+    except psutil.Error: return True
+
 def label_hosts(engines:list[dict], # engine facts, each with 'hostname' and 'host_key' (from `host_identity`)
                 first_key:str|None=None, # the host identity that keeps its plain hostname first (the notebook's)
                ) -> list[dict]: # the same dicts with 'host': a name unique to each host identity
@@ -162,6 +169,11 @@ def iface_of(addr:str, # an IPv4 address
             ) -> str|None: # the interface that holds `addr`, None if none does
     "The interface an address belongs to"
     return next((name for name, ips in addrs.items() if addr in ips), None)
+
+def local_ipv4() -> dict:
+    "{interface: [IPv4 addresses]} of this host"
+    import psutil, socket
+    return {k: [a.address for a in v if a.family == socket.AF_INET] for k, v in psutil.net_if_addrs().items()}
 
 def _loopback(addr): return addr is None or addr.startswith('127.') or addr in ('::1', 'localhost')
 

@@ -4,9 +4,9 @@
 
 # %% ../nbs/04_dashboard.ipynb #49f8de92
 from __future__ import annotations
-import csv, io, math, os, socket, sys, threading, time
+import csv, io, math, os, sys, threading, time
 from collections import deque
-from .core import host_identity, patch
+from .core import host_identity, patch, pid_alive
 
 # %% auto #0
 __all__ = ['STATUS_COLORS', 'Series', 'History', 'RankState', 'Collector', 'progress', 'rank_status', 'mean_line', 'nice_limit',
@@ -207,17 +207,11 @@ def rank_status(s:RankState|None, # what the reports said, None if the rank neve
                ) -> str:
     "running, idle, error, dead, silent (no heartbeat for 3 s) or waiting (no report yet)"
     if task == 'dead': return 'dead'
-    if s is not None and s.host == local_host and s.pid and not _pid_alive(s.pid): return 'dead'
+    if s is not None and s.host == local_host and s.pid and not pid_alive(s.pid): return 'dead'
     if task == 'error' or (s is not None and s.error): return 'error'
     if s is not None and now - s.seen > 3: return 'silent'
     if task == 'running' or (s is not None and s.busy): return 'running'
     return 'idle' if s is not None or task == 'idle' else 'waiting'
-
-def _pid_alive(pid:int) -> bool:
-    "Whether a local process exists and is not a zombie"
-    import psutil
-    try: return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.Error: return False
 
 # %% ../nbs/04_dashboard.ipynb #3c15d6af
 def _thin(xs:list, ys:list, n:int=400) -> tuple:

@@ -9,12 +9,12 @@ from collections import namedtuple
 from datetime import timedelta
 import torch
 import torch.distributed as dist
-from .core import host_identity, iface_of, rank_device, route_source
+from .core import host_identity, iface_of, local_ipv4, rank_device, route_source
 
 # %% auto #0
-__all__ = ['RankInfo', 'NET_VARS', 'host_name', 'local_addrs', 'engine_info', 'rank_info', 'net_info', 'setup_rank',
-           'forget_rank', 'reset_accelerate', 'open_store', 'close_store', 'drop_group', 'init_group', 'check_group',
-           'teardown', 'release', 'namespace']
+__all__ = ['RankInfo', 'NET_VARS', 'host_name', 'engine_info', 'rank_info', 'net_info', 'setup_rank', 'forget_rank',
+           'reset_accelerate', 'open_store', 'close_store', 'drop_group', 'init_group', 'check_group', 'teardown',
+           'release', 'namespace']
 
 # %% ../nbs/02_engine.ipynb #631937fe
 _state = {}  # this process's rank record, TCPStore and listening socket
@@ -23,11 +23,6 @@ _state = {}  # this process's rank record, TCPStore and listening socket
 def host_name() -> str:
     "This host's name (for messages; ranks are grouped by `core.host_identity`)"
     return socket.gethostname()
-
-def local_addrs() -> dict:
-    "{interface: [IPv4 addresses]} of this host"
-    import psutil
-    return {name: [a.address for a in addrs if a.family == socket.AF_INET] for name, addrs in psutil.net_if_addrs().items()}
 
 def _controller_host() -> str|None:
     "The controller's address this engine registered with (None outside an ipyparallel engine)"
@@ -44,7 +39,7 @@ def engine_info(peer:str|None=None, # where the notebook reaches the controller 
     "Facts about this process: host, pid, visible GPUs, usable cores, versions, interfaces and the address it reaches the controller from"
     return dict(host=host_name(), hostname=host_name(), host_key=host_identity(), pid=os.getpid(), n_gpus=torch.cuda.device_count(),
                 n_cpus=len(os.sched_getaffinity(0)), python=sys.version.split()[0], torch=torch.__version__,
-                addrs=local_addrs(), addr=route_source(_controller_host() or peer))
+                addrs=local_ipv4(), addr=route_source(_controller_host() or peer))
 
 # %% ../nbs/02_engine.ipynb #db464309
 RankInfo = namedtuple('RankInfo', 'rank local_rank world_size local_world_size device backend')
@@ -69,7 +64,7 @@ def _set_net(loopback:bool, ifname:str|None, master_addr:str|None):
     "Pick the interface gloo and nccl use: lo on one host; else `ifname`, the engine's own setting, or the one that routes to rank 0"
     if loopback: want = {'GLOO_SOCKET_IFNAME': 'lo', 'NCCL_SOCKET_IFNAME': _user_net['NCCL_SOCKET_IFNAME']}
     else:
-        route = None if ifname else iface_of(route_source(master_addr) or '', local_addrs())
+        route = None if ifname else iface_of(route_source(master_addr) or '', local_ipv4())
         want = {k: ifname or _user_net[k] or route for k in NET_VARS}
     for k, v in want.items():
         if v: os.environ[k] = v

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os, select, sys, threading, time
 from pathlib import Path
 import psutil
+from .core import pid_alive
 
 # %% auto #0
 __all__ = ['OWNER_ENV', 'ENGINE_CMD', 'CONTROLLER_CMD', 'owner_token', 'owner_alive', 'wait_for_exit', 'cluster_members',
@@ -67,11 +68,6 @@ def cluster_files(cluster_id:str, # IPP_CLUSTER_ID of the cluster
     sec = Path(profile_dir)/'security'
     return sorted(f for f in [sec/f'cluster-{cluster_id}.json', *sec.glob(f'ipcontroller-{cluster_id}-*.json')] if f.exists())
 
-def _running(p:psutil.Process) -> bool:
-    "Whether `p` still runs (a zombie does not: its parent, or init, has only to reap it)"
-    try: return p.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error: return False
-
 def end_cluster(cluster_id:str, # IPP_CLUSTER_ID of the cluster
                 profile_dir:str|None=None, # its profile dir, to remove the cluster's files from
                 timeout:float=5, # seconds to wait for the killed processes to be gone
@@ -82,7 +78,7 @@ def end_cluster(cluster_id:str, # IPP_CLUSTER_ID of the cluster
         try: p.kill()
         except psutil.Error: pass
     deadline = time.monotonic() + timeout
-    while any(map(_running, procs)) and time.monotonic() < deadline: time.sleep(0.02)
+    while any(pid_alive(p.pid) for p in procs) and time.monotonic() < deadline: time.sleep(0.02)
     for f in cluster_files(cluster_id, profile_dir): f.unlink(missing_ok=True)
     return len(procs)
 

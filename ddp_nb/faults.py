@@ -4,14 +4,14 @@
 
 # %% ../nbs/09_faults.ipynb #52998d2d
 from __future__ import annotations
-import faulthandler, os, signal, sys, tempfile, time
+import faulthandler, os, signal, sys, time
 from pathlib import Path
 import psutil
 from .core import patch
 from .cluster import DDPCluster, _engine, _gather, stack_file
 
 # %% auto #0
-__all__ = ['install_stack_dump', 'health', 'death_cause', 'RankFailure', 'Interrupted', 'px_magics']
+__all__ = ['install_stack_dump', 'issued', 'health', 'death_cause', 'RankFailure', 'Interrupted', 'px_magics']
 
 # %% ../nbs/09_faults.ipynb #3945260f
 _dump = {}
@@ -24,6 +24,13 @@ def install_stack_dump(path:str, # file the stacks are appended to
     _dump.update(file=open(path, 'a'), sig=sig)
     faulthandler.register(sig, file=_dump['file'], all_threads=True, chain=False)
     return path
+
+def issued() -> int|None:
+    "How many collectives this rank has issued on the default process group (None without one; 0 where torch does not count)"
+    import torch.distributed as dist
+    if not dist.is_initialized(): return None
+    pg = dist.distributed_c10d._get_default_group()
+    return pg._get_sequence_number_for_group() if hasattr(pg, '_get_sequence_number_for_group') else 0
 
 def health(timeout:float=2, # seconds the all-reduce may take
           ) -> bool:
@@ -61,29 +68,31 @@ class _RecordingProcess(psutil.Process):
         return code
 
 @patch
+def _launchers(self:DDPCluster):
+    "ipyparallel's launcher of every engine this cluster started"
+    for es in (self._ipp.engines.values() if self._ipp is not None else []): yield from getattr(es, 'launchers', {}).values()
+
+@patch
 def _watch_exits(self:DDPCluster):
     "Make ipyparallel's launchers record how each local engine exits"
-    for es in (self._ipp.engines.values() if self._ipp is not None else []):
-        for l in getattr(es, 'launchers', {}).values():
-            proc = getattr(l, 'process', None)
-            if isinstance(proc, psutil.Process) and not isinstance(proc, _RecordingProcess):
-                try: l.process = _RecordingProcess(proc.pid)
-                except psutil.Error: pass
+    for l in self._launchers():
+        proc = getattr(l, 'process', None)
+        if isinstance(proc, psutil.Process) and not isinstance(proc, _RecordingProcess):
+            try: l.process = _RecordingProcess(proc.pid)
+            except psutil.Error: pass
 
 # %% ../nbs/09_faults.ipynb #f7c09364
 @patch
 def _exit_code(self:DDPCluster, pid:int) -> int|None:
     "Exit status of the local engine process `pid` (None if unknown)"
     if pid in _exits: return _exits[pid]
-    for es in (self._ipp.engines.values() if self._ipp is not None else []):
-        for l in getattr(es, 'launchers', {}).values():
-            if getattr(l, 'pid', None) != pid: continue
-            code = (getattr(l, 'stop_data', None) or {}).get('exit_code')
-            if code is None and getattr(l, 'process', None) is not None:
-                try: code = l.process.wait(0.5)
-                except Exception: pass
-            return code
-    return None
+    l = next((l for l in self._launchers() if getattr(l, 'pid', None) == pid), None)
+    if l is None: return None
+    code = (getattr(l, 'stop_data', None) or {}).get('exit_code')
+    if code is None and getattr(l, 'process', None) is not None:
+        try: code = l.process.wait(0.5)
+        except Exception: pass
+    return code
 
 @patch
 def _rank_of_engine(self:DDPCluster) -> dict:
@@ -152,9 +161,8 @@ def where(self:DDPCluster,
     for r in ranks:
         p, f = self._plan[r], Path(stack_file(self.cluster_id, r))
         if not self.is_local(r): out[r] = f"on host {p['host']}: its stack is written there, not here (cl.where reads ranks on this host)"; continue
-        try: st = psutil.Process(p['pid']).status()
-        except psutil.NoSuchProcess: out[r] = 'dead'; continue
-        except Exception: out[r] = f"on host {p['host']}: stack unavailable from here"; continue
+        st = _proc_status(p['pid'])
+        if st in ('dead', 'unknown'): out[r] = 'dead' if st == 'dead' else f"on host {p['host']}: stack unavailable from here"; continue
         if st == psutil.STATUS_STOPPED: out[r] = 'stopped (SIGSTOP or a debugger): no stack until it continues (kill -CONT)'; continue
         if not f.exists(): out[r] = 'no stack dump installed on this rank (yet)'; continue  # SIGUSR1 would kill it
         sizes[r] = f.stat().st_size
@@ -223,7 +231,7 @@ def _failure(self:DDPCluster, states:dict, first:list, ended:list) -> RankFailur
     if state == 'lost':
         head = (f"Host {host} (ranks {on_host}) stopped answering while running the cell" if whole else
                 f"{self.describe(origin)} stopped answering while running the cell") + \
-               f": its engines and their nannies are gone, stopped, or cut off from this notebook (host down, network, out of memory?)."
+               ": its engines and their nannies are gone, stopped, or cut off from this notebook (host down, network, out of memory?)."
         detail = ''
     elif state == 'dead':
         head = (f"Host {host}: every rank there ({on_host}) ended while running the cell; {self.describe(origin)} "
@@ -271,7 +279,8 @@ def supervise(self:DDPCluster, ar, # an AsyncResult with one task per rank (a %%
             if time.monotonic() - t_fail > self.grace:
                 silent = self._silent([r for r in running if not self.is_local(r)])  # on other hosts: gone, or only stuck?
                 lost += silent
-                stuck = [r for r in running if r not in silent and not (self.is_local(r) and _proc_status(self._plan[r]['pid']) == 'dead')]
+                gone = silent + self._gone()
+                stuck = [r for r in running if r not in gone]
                 if stuck:  # the local dead are reported soon; the stuck are ended, and reported dead once their engines are gone
                     self.end_ranks(stuck); ended += stuck
                     deadline = time.monotonic() + 10
@@ -326,18 +335,14 @@ def end_ranks(self:DDPCluster, ranks:list, # ranks to end (their engines are kil
 @patch
 def check(self:DDPCluster, timeout:float=2, # seconds for the all-reduce
          ) -> bool:
-    "Health check: a tiny all-reduce with a timeout on every rank; True if the process group works and is in step"
+    "Health check: True if the process group works and is in step (the ranks issued as many collectives, and a tiny all-reduce with a timeout passes)"
     self._live()
-    try: ok = _gather({p['rank']: self._rc[p['engine_id']].apply_async(_engine, 'faults.health', timeout) for p in self._plan},
-                      'Health check', timeout + 5)
+    def each(fn, *args): return _gather({p['rank']: self._rc[p['engine_id']].apply_async(_engine, fn, *args) for p in self._plan}, 'Health check', timeout + 5)
+    try:
+        # out of step, an all-reduce would pair with a stale one, and gloo ends a process whose all-reduce meets one of another size
+        if None in (n := set(each('faults.issued').values())) or len(n) > 1: return False
+        return all(each('faults.health', timeout).values())
     except (RuntimeError, IndexError): return False  # a rank failed or its engine is gone
-    return all(ok.values())
-
-@patch
-def _gone(self:DDPCluster) -> list:
-    "Ranks whose engine has exited: unregistered, or (on this host) its process is gone before the controller noticed"
-    return [r for r, s in self._task_status().items()
-            if s == 'dead' or (self.is_local(r) and _proc_status(self._plan[r]['pid']) in ('dead', psutil.STATUS_ZOMBIE))]
 
 @patch
 def _running(self:DDPCluster) -> list:
@@ -396,9 +401,7 @@ def interrupt(self:DDPCluster, grace:float=1, # seconds the ranks get to stop af
               f"group is healthy. Run the cell again to continue.", file=sys.stderr)
     else:
         healthy = self.check()
-        gone = [] if healthy else self._gone()  # an engine that exited after the stop: replace it (this re-forms the group)
-        if gone: self.restart(gone)
-        elif not healthy: self.reform()
+        if not healthy: self.reform()
         print(f"Interrupted: every rank stopped in {took:.1f}s ({', '.join(f'rank {r}: {v}' for r, v in out.items())}); every rank kept its "
               + ("state, and the process group is healthy." if healthy else
                  "state. The ranks were out of step, so the process group was re-created: rebuild what was bound to the "
@@ -413,10 +416,9 @@ def restart(self:DDPCluster,
            ) -> DDPCluster:
     "Replace dead or stuck engines with fresh ones (started here, or spare engines registered from other hosts), keep the others and their ranks, and form a new process group"
     if self._rc is None: raise RuntimeError("No cluster to restart: call cl.start() first (restart replaces ranks of a started cluster).")
-    status = self._task_status()
     if ranks == 'all': ranks = list(range(self.world_size))
-    elif ranks is None: ranks = [r for r, s in status.items() if s in ('dead', 'running')]
-    ranks = sorted(set(ranks) | {r for r, s in status.items() if s == 'dead'})  # a dead rank is always replaced
+    elif ranks is None: ranks = self._running()
+    ranks = sorted(set(ranks) | set(self._gone()))  # a dead rank is always replaced
     t0 = time.monotonic()
     if ranks: self.end_ranks(ranks)  # also an engine the controller dropped (missed heartbeats) that still runs here
     keep = {p['engine_id']: p['rank'] for p in self._plan if p['rank'] not in ranks}
@@ -435,13 +437,11 @@ def restart(self:DDPCluster,
         raise RuntimeError(f"restart: ranks {ranks} (host {where}) need {len(ranks)} new engine(s) and {len(new_ids)} spare one(s) are "
                            f"registered after {wait:g}s. With engines={self.engines!r} ddp_nb does not start engines on other hosts: start them there "
                            "(`ipengine --file=<ipcontroller-engine.json>`, or a new Slurm job), then call cl.restart() again.")
-    _gather({r: self._rc[eid].apply_async(_engine, 'teardown') for eid, r in keep.items()}, 'Tearing down the kept ranks', self.timeout)
+    self._teardown([p for p in self._plan if p['engine_id'] in keep])
     self._form_group(fixed=keep, ids=list(keep) + new_ids[:len(ranks)])
     self._activate()  # %%px on the new engines
     new = [p for p in self._plan if p['engine_id'] not in keep]
-    if new and self._collector is not None:
-        _gather({p['rank']: self._rc[p['engine_id']].apply_async(_engine, 'report.connect', self._collector.addr, p['rank'])
-                 for p in new}, 'Connecting the new ranks to the dashboard', self.timeout)
+    if new and self._collector is not None: self._connect_reporters(new)
     print(f"Restarted in {time.monotonic() - t0:.1f}s: " + (f"ranks {ranks} are new engines (state lost), " if ranks else '')
           + (f"ranks {sorted(keep.values())} kept their state; " if keep else '')
           + f"new process group on port {self.master_port}. Rebuild what was bound to the old group (model = rewrap(model)).",
@@ -452,7 +452,6 @@ def restart(self:DDPCluster,
 def px_magics(cluster:DDPCluster, shell, view):
     "ipyparallel's parallel magics for `view`, with blocking cells supervised and interrupts handled by `cluster`"
     from contextlib import nullcontext
-    from ipyparallel import error
     from ipyparallel.client.magics import ParallelMagics
 
     class SupervisedMagics(ParallelMagics):

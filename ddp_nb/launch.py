@@ -6,7 +6,7 @@
 from __future__ import annotations
 import os, secrets, sys, time, traceback
 from .core import patch, torchrun_env
-from .cluster import DDPCluster, _engine, _gather
+from .cluster import DDPCluster, _engine
 
 # %% auto #0
 __all__ = ['script_envs', 'run_rank', 'release_peers', 'prefix_lines', 'ScriptError', 'script_failure']
@@ -234,7 +234,7 @@ def run_script(self:DDPCluster,
     path, args, name = _script_path(path), [os.fspath(a) if isinstance(a, os.PathLike) else str(a) for a in args], os.path.basename(path)
     if timeout is not None and timeout <= 0: raise ValueError(f"timeout={timeout!r}: pass a positive number of seconds, or None.")
     rc, plan, addr = self._rc, self._plan, self.master_addr
-    _gather({p['rank']: rc[p['engine_id']].apply_async(_engine, 'teardown') for p in plan}, 'Tearing down the process group', self.timeout)
+    self._teardown(plan)
     port = rc[plan[0]['engine_id']].apply_sync(_engine, 'open_store', addr, len(plan), self.timeout)
     envs = script_envs(plan, addr, port, f"{self.cluster_id}-{secrets.token_hex(3)}")
     ars = {p['rank']: rc[p['engine_id']].apply_async(_engine, 'launch.run_rank', path, args, e, os.getcwd()) for p, e in zip(plan, envs)}

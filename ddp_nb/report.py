@@ -4,7 +4,7 @@
 
 # %% ../nbs/03_report.ipynb #11aa5ff1
 from __future__ import annotations
-import math, os, socket, sys, threading, time
+import math, os, sys, threading, time
 from collections import deque
 from .core import host_identity, patch
 

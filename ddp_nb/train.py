@@ -20,6 +20,7 @@ import torch.nn.functional as F
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler
+from .core import pid_alive
 from .engine import rank_info
 from .report import report
 
@@ -355,16 +356,10 @@ def checkpoints(folder:Union[str, Path], # where `save_checkpoint` writes
     d = Path(folder)
     return sorted(d.glob('step-*.pt')) if d.is_dir() else []
 
-def _pid_alive(pid:int) -> bool:
-    try: os.kill(pid, 0)
-    except ProcessLookupError: return False
-    except PermissionError: pass
-    return True
-
 def _tidy(folder:Path, keep:int):
     "Remove all but the newest `keep` checkpoints, and temporary files left by saves that were killed"
     for p in folder.glob('.step-*.tmp-*'):
-        if not _pid_alive(int(p.name.rsplit('-', 1)[1])): p.unlink(missing_ok=True)
+        if not pid_alive(int(p.name.rsplit('-', 1)[1])): p.unlink(missing_ok=True)
     for p in checkpoints(folder)[:-keep]: p.unlink(missing_ok=True)
 
 def atomic_save(obj, # what to save (torch.save)

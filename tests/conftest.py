@@ -1,4 +1,4 @@
-import os, sys, tempfile, shutil
+import os, sys, tempfile
 from pathlib import Path
 import pytest
 

@@ -1,7 +1,6 @@
 """Faults in a real Jupyter kernel, driven like a user does (cells, the stop button): every failure named within
 seconds, every rank released, recovery in one call, nothing left running. Measured times go to build/faults.json."""
 import json, os, queue, re, signal, time
-from pathlib import Path
 import pytest
 from conftest import ROOT, ours
 
@@ -98,7 +97,7 @@ def test_dead_rank_named_with_how_it_died(k):
     took = time.monotonic() - killed['t']
     MEASURED['rank killed with SIGKILL: error shown (s)'] = round(took, 2)
     assert took < 5 and err and err.startswith('RankFailure'), out
-    assert f"rank 0 (host" in out and f"pid {pid0}" in out and "killed by SIGKILL" in out, out
+    assert "rank 0 (host" in out and f"pid {pid0}" in out and "killed by SIGKILL" in out, out
     assert 'Ranks [1] kept their state' in out, out
     MEASURED['restart after a death (s)'] = round(restart_and_check(k), 2)
 

@@ -3,7 +3,6 @@ import os, signal, time
 import psutil, pytest
 from ddp_nb import DDPCluster
 from ddp_nb.cluster import cluster_procs
-from conftest import ours
 
 
 def test_stop_leaves_no_process(no_leftovers):

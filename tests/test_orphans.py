@@ -4,7 +4,6 @@ Processes are counted by cluster id (IPP_CLUSTER_ID), never by name. Deadlines h
 measured on a loaded 2-core machine; the measured times are printed (pytest -s)."""
 import json, os, signal, subprocess, sys, time
 from pathlib import Path
-import psutil, pytest
 from ddp_nb.cluster import cluster_procs
 from ddp_nb.core import cluster_owner
 from ddp_nb.engine_main import cluster_files
