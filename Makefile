@@ -15,7 +15,7 @@ $(BIN)/python:
 
 install: $(BIN)/python
 	$(BIN)/pip install -q $(TORCH_ARGS)
-	$(BIN)/pip install -q -e .
+	$(BIN)/pip install -q -e '.[demo]'
 
 install-dev: $(BIN)/python
 	$(BIN)/pip install -q $(TORCH_ARGS)

@@ -54,10 +54,12 @@ def make_loader(ds, # the whole dataset: every rank gets its own shard
 def train_epoch(model, # the DDP-wrapped model
                 loader:DataLoader, # this rank's loader
                 opt:torch.optim.Optimizer,
+                total:int|None=None, # steps in the whole run, for the dashboard's progress and ETA
                ) -> float: # mean training loss over all ranks' batches
     "One epoch on this rank's shard, reporting every step to the dashboard; returns the loss averaged across ranks"
     dev = next(model.parameters()).device
     prog = {'epoch': loader.sampler.epoch} if hasattr(loader.sampler, 'epoch') else {}
+    if total is not None: prog['total'] = total
     model.train()
     tot = torch.zeros(2, device=dev)
     for x, y in loader:
