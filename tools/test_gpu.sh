@@ -139,7 +139,13 @@ EOF
   *) echo "unknown phase $p (GPU_PHASES: pytest bench notebooks)"; failed=1 ;;
 esac; done
 
-left=$("$PY" -c "from ddp_nb.cluster import cluster_procs; print(len(cluster_procs()))" 2>/dev/null)
+left=$("$PY" -c "
+import os
+from ddp_nb.cluster import cluster_procs
+def mine(p):
+    try: return p.environ().get('IPYTHONDIR') == os.environ['IPYTHONDIR']
+    except Exception: return False
+print(len([p for p in cluster_procs() if mine(p)]))" 2>/dev/null)
 echo "ddp_nb cluster processes still running after the GPU suite: ${left:-?}; total ${SECONDS}s"
 [ "${GPUS:-0}" -lt 1 ] && { echo "REHEARSAL without a GPU: exit 2"; finish 2; }
 finish $failed
