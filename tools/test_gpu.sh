@@ -13,12 +13,13 @@
 #   GPU_PHASES="pytest bench notebooks"   the phases to run, in this order
 #   GPU_OUT=DIR               also copy build/gpu/* there at the end (e.g. a folder that is fetched back)
 #   GPU_WHEELS=.whl           where the wheels are
+#   GPU_BUILD=build/gpu       where the log and the summary go
 #   GPU_REHEARSAL=1           on a machine without a GPU, run the phases anyway (they skip) to check this script;
 #                             the exit status is still 2 (no GPU), so a rehearsal never passes
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-OUT=build/gpu
+OUT=${GPU_BUILD:-build/gpu}
 mkdir -p "$OUT"; rm -f "$OUT"/*
 exec > >(tee "$OUT/log.txt") 2>&1
 PY=${GPU_PYTHON:-python3}
