@@ -129,8 +129,8 @@ def test_report_of_a_cuda_tensor_adds_no_device_sync(cl):
 
 @ipp.interactive
 def _fit_syncs():
-    "Device syncs during fit() epochs (after a warm-up epoch), counted with torch's sync check in 'warn' mode (the Python
-    thread's: a sync inside backward, on autograd's device thread, would print rather than count)"
+    """Device syncs during fit() epochs (after a warm-up epoch), counted with torch's sync check in 'warn' mode (the Python
+    thread's: a sync inside backward, on autograd's device thread, would print rather than count)"""
     import collections, os, warnings, torch
     import ddp_nb.report as R
     from ddp_nb.train import seed_everything, wrap_model, ShardedLoader, fit
