@@ -17,10 +17,19 @@ __all__ = ['Rank', 'ENGINE_MAIN', 'local_gpus', 'local_cpus', 'probe_host', 'clu
            'stack_file']
 
 # %% ../nbs/01_cluster.ipynb #2dcda6e5
+def _nvml_count() -> int:
+    "GPUs NVML sees on this host (0 without the NVIDIA driver)"
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+        try: return pynvml.nvmlDeviceGetCount()
+        finally: pynvml.nvmlShutdown()
+    except Exception: return 0
+
 def local_gpus() -> int:
     "GPUs a fresh process on this host will see, read from the driver without importing torch"
     d = '/proc/driver/nvidia/gpus'
-    n = len(os.listdir(d)) if os.path.isdir(d) else 0
+    n = len(os.listdir(d)) if os.path.isdir(d) else _nvml_count()  # some sandboxes hide /proc/driver while CUDA works
     return visible_gpus(os.environ.get('CUDA_VISIBLE_DEVICES'), n)
 
 def local_cpus() -> int:

@@ -246,9 +246,6 @@ def _adam_step_device(folder):
     return dict(before=sorted({str(s['step'].device) for s in o.state.values()}), after=sorted({str(s['step'].device) for s in o2.state.values()}))
 
 
-@pytest.mark.xfail(strict=True, reason="known defect: read_checkpoint loads with map_location=the rank's device, which moves Adam's "
-                                       "CPU 'step' tensors to the GPU (torch keeps 'step' as loaded); every resumed Adam step then syncs "
-                                       "on step.item(). Remove this mark when ddp_nb.train loads optimizer state via the CPU.")
 def test_resumed_adam_keeps_its_step_on_the_cpu(cl, tmp_path):
     r = cl.run(_adam_step_device, str(tmp_path / 'ckpt'))[0]
     assert r['before'] == ['cpu'], r          # torch's own placement, as saved
