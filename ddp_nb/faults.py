@@ -544,9 +544,9 @@ def _watch_loop(self:DDPCluster, every:float=0.1, # seconds between looks
                 notice_after:float=0.5, # seconds a finished failed task waits for someone to claim it before the notice
                ):
     "Background thread: supervise the tasks nobody waits for (`%%px --noblock`, `apply_async`, `view.execute(block=False)`)"
-    while self._rc is not None:
+    while self._rc is not None and self._view is not None:  # (stop() drops the view first: its ends are no failures)
         for w in list(getattr(self, '_watches', [])):
-            if w.claimed or not w.lock.acquire(blocking=False): continue
+            if w.claimed or self._view is None or not w.lock.acquire(blocking=False): continue
             try:
                 if not w.done and self._step(w): w.done, w.t_done = True, time.monotonic()
                 if w.done and w.t_done and time.monotonic() - w.t_done > notice_after:
