@@ -648,16 +648,18 @@ def on(self:DDPCluster,
        ranks=None, # int, list, '0,2', '1:3' or 'all'
       ) -> ipp.DirectView:
     "A blocking DirectView of the selected ranks, in rank order"
-    v = self._rc.direct_view(self._engine_ids(ranks))
+    from ddp_nb.faults import watched  # its tasks supervised like %%px cells, blocking or not
+    v = watched(self, self._rc.direct_view(self._engine_ids(ranks)))
     v.block = True
     return v
 
 @patch
 def _activate(self:DDPCluster):
     "Activate `%%px` (every rank) and `%%rank` (some ranks) for this cluster"
+    from ddp_nb.faults import px_magics, watched  # ipyparallel's %px/%%px; every task through cl.view supervised (see faults)
+    watched(self, self._view)
     ip = _ipython()
     if ip is None: return
-    from ddp_nb.faults import px_magics  # ipyparallel's %px/%%px, with cells supervised (see faults)
     ip.magics_manager.register(px_magics(self, ip, self._view))
     def rank(line, cell):
         "%%rank RANKS [px flags]: run the cell on the ranks RANKS ('0', '0,2', '1:', 'all')"

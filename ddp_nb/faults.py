@@ -4,14 +4,15 @@
 
 # %% ../nbs/09_faults.ipynb #52998d2d
 from __future__ import annotations
-import faulthandler, os, signal, sys, time
+import faulthandler, os, re, signal, sys, threading, time
 from pathlib import Path
 import psutil
 from .core import patch
 from .cluster import DDPCluster, _engine, _gather, stack_file
 
 # %% auto #0
-__all__ = ['install_stack_dump', 'issued', 'health', 'death_cause', 'RankFailure', 'Interrupted', 'px_magics']
+__all__ = ['install_stack_dump', 'issued', 'health', 'death_cause', 'RankFailure', 'Interrupted', 'hang_limit', 'watched',
+           'rank_lines', 'RankOutput', 'px_magics']
 
 # %% ../nbs/09_faults.ipynb #3945260f
 _dump = {}
@@ -207,12 +208,20 @@ def _states(self:DDPCluster, ar) -> dict:
     return {by_engine[eid]['rank']: _child_state(f) for eid, f in zip(ar._targets, ar._children) if eid in by_engine}
 
 # %% ../nbs/09_faults.ipynb #532b8652
-def _traceback(err) -> str:
-    "A remote error's traceback as plain text"
-    import re
+def _cell_label() -> str:
+    "The notebook cell running now, as its prompt shows it ('In[7]'), or 'the cell' outside IPython"
+    try: n = get_ipython().execution_count - 1  # noqa: F821 (IPython counts the running cell before running it)
+    except Exception: return 'the cell'
+    return f"In[{n}]" if n > 0 else 'the cell'
+
+def _traceback(err, # a RemoteError
+               cell:str='the cell', # how to name the cell the code came from
+              ) -> str:
+    "A remote error's traceback as plain text, naming the notebook's cell instead of the engine's own counter"
     try: tb = '\n'.join(err.render_traceback())
     except Exception: tb = f"{getattr(err, 'ename', type(err).__name__)}: {getattr(err, 'evalue', err)}"
-    return re.sub(r'\x1b\[[0-9;]*m', '', tb)
+    tb = re.sub(r'\x1b\[[0-9;]*m', '', tb)
+    return re.sub(r'Cell In\[\d+\], line (\d+)', lambda m: f"{cell}, line {m[1]}", tb)
 
 def _one_line(err) -> str:
     "'Name: first line of the message' of an error"
@@ -220,8 +229,16 @@ def _one_line(err) -> str:
     return f"{getattr(err, 'ename', type(err).__name__)}: {msg.splitlines()[0][:150] if msg else ''}"
 
 @patch
-def _failure(self:DDPCluster, states:dict, first:list, ended:list) -> RankFailure:
-    "The error for a cell that failed: the first failing rank's traceback, then one line per other rank"
+def _issued_counts(self:DDPCluster, ranks:list, # ranks to ask
+                   timeout:float=3, # seconds for the answers
+                  ) -> dict|None: # rank -> collectives issued, None if a rank did not answer
+    "How many collectives each of `ranks` has issued (`issued`), to tell whether they are out of step"
+    try: return _gather({r: self._rc[self._plan[r]['engine_id']].apply_async(_engine, 'faults.issued') for r in ranks}, 'Counting collectives', timeout)
+    except Exception: return None
+
+@patch
+def _failure(self:DDPCluster, states:dict, first:list, ended:list, cell:str='the cell') -> RankFailure:
+    "The error for a cell that failed: the first failing rank's traceback, then one line per other rank, then what to do"
     dead = [r for r in first if states[r][0] in ('dead', 'lost') and r not in ended]
     origin = dead[0] if dead else first[0]  # a death explains the errors of the ranks that were talking to it
     state, err = states[origin]
@@ -239,7 +256,7 @@ def _failure(self:DDPCluster, states:dict, first:list, ended:list) -> RankFailur
         detail = ''
     else:
         head = f"{self.describe(origin)} raised {_one_line(err)}"
-        detail = f"--- traceback of rank {origin}, where it started:\n{_traceback(err)}"
+        detail = f"--- traceback of rank {origin}, where it started:\n{_traceback(err, cell)}"
     lines = [head]
     for r in sorted(states):
         if r == origin: continue
@@ -252,49 +269,98 @@ def _failure(self:DDPCluster, states:dict, first:list, ended:list) -> RankFailur
         elif s in ('ok', 'stopped'): lines.append(f"  rank {r}: finished the cell.")
     lost = sorted(set(ended) | {r for r in states if states[r][0] in ('dead', 'lost')})
     kept = [r for r in sorted(states) if r not in lost]
-    if lost: lines.append(f"Ranks {kept} kept their state. cl.restart() replaces ranks {lost} and forms a new process group; "
-                          "then rebuild what was bound to the old group (model = rewrap(model)) and re-run your setup cells.")
+    if lost: lines.append(f"Ranks {kept} kept their state. cl.restart() replaces ranks {lost} (their state is lost) and forms a new "
+                          "process group; then re-run your setup cells, which the new ranks have not run.")
     elif any(states[r][0] == 'error' for r in states) and len(first) < len(states):
-        lines.append("The ranks may be out of step: cl.check() tells; cl.reform() re-creates the process group.")
+        counts = self._issued_counts(sorted(states))  # a plain error on one rank leaves the group in step: no advice then
+        if counts is not None and len(set(counts.values())) > 1:
+            lines.append(f"The ranks are out of step (collectives issued: {counts}): cl.reform() re-creates the process group.")
     return RankFailure('\n'.join(lines), detail)
 
 # %% ../nbs/09_faults.ipynb #74889426
-DDPCluster.grace = 2.0       # seconds the other ranks get to finish after one fails, before they count as stuck
-DDPCluster.hang_after = 60.0 # seconds without progress before the watchdog reports a hang (None: never)
+DDPCluster.grace = 2.0         # seconds the other ranks get to finish after one fails, before they count as stuck
+DDPCluster.hang_after = 'auto' # seconds without progress before the watchdog reports a hang; 'auto': `hang_limit`; None: never
+
+class _Watch:
+    "What supervising one task (an AsyncResult, one child per rank) has seen: shared by a blocking wait and the background watcher"
+    def __init__(self, ar, cell:str='the cell', blocking:bool=False):
+        self.ar, self.cell, self.blocking, self.t0 = ar, cell, blocking, time.monotonic()
+        self.first, self.ended, self.lost, self.states = [], [], [], {}
+        self.t_fail = self.t_stop = self.t_done = self.failure = None
+        self.hung = self.claimed = self.done = False
+        self.lock = threading.Lock()
+
+@patch
+def _watch(self:DDPCluster, ar, blocking:bool=False) -> _Watch:
+    "The supervision state of `ar`, registered with the background watcher (started if needed)"
+    w = getattr(ar, '_ddp_watch', None)
+    if w is None:
+        w = ar._ddp_watch = _Watch(ar, _cell_label(), blocking)
+        self._watches = [x for x in getattr(self, '_watches', []) if not (x.done or x.claimed)] + [w]
+        self._start_watcher()
+    return w
+
+@patch
+def _step(self:DDPCluster, w:_Watch) -> bool:
+    "One look at a supervised task: note failures, end ranks still running `grace` s after one failed, report hangs; True once it is over"
+    ar, now = w.ar, time.monotonic()
+    done = ar.ready()
+    states = w.states = {**self._states(ar), **{r: ('lost', None) for r in w.lost}}
+    for r, (s, _) in states.items():
+        if s in ('error', 'dead', 'lost') and r not in w.first: w.first.append(r)
+    running = [r for r, (s, _) in states.items() if s == 'running']
+    if done or not running: return True
+    if w.first:
+        w.t_fail = w.t_fail or now
+        if now - w.t_fail > self.grace:
+            silent = self._silent([r for r in running if not self.is_local(r)])  # on other hosts: gone, or only stuck?
+            w.lost += silent
+            gone = silent + self._gone()
+            stuck = [r for r in running if r not in gone]
+            if stuck:  # the local dead are reported soon; the stuck are ended, and reported dead once their engines are gone
+                self.end_ranks(stuck); w.ended += stuck
+                deadline = time.monotonic() + 10
+                while any(self._states(ar).get(r, ('',))[0] == 'running' for r in stuck) and time.monotonic() < deadline: ar.wait(0.05)
+    elif self.hang_after is not None and not w.hung and self._hanging(w, running, states):
+        w.hung = True
+        self._hang_report(running, now - w.t0, finished=[r for r, (s, _) in states.items() if s in ('ok', 'stopped')])
+    return False
 
 @patch
 def supervise(self:DDPCluster, ar, # an AsyncResult with one task per rank (a %%px cell, cl.view.execute(..., block=False))
+              tick=None, # called about 20 times a second while waiting (e.g. to show output)
              ) -> dict: # rank -> final state
     "Wait for `ar`: end ranks left stuck by a failed one, report hangs, and raise one clear `RankFailure` on errors"
-    first, ended, lost, t_fail, t0, hung = [], [], [], None, time.monotonic(), False
-    while True:
-        done = ar.ready()
-        states = {**self._states(ar), **{r: ('lost', None) for r in lost}}
-        for r, (s, _) in states.items():
-            if s in ('error', 'dead', 'lost') and r not in first: first.append(r)
-        running = [r for r, (s, _) in states.items() if s == 'running']
-        if done or not running: break
-        if first:
-            t_fail = t_fail or time.monotonic()
-            if time.monotonic() - t_fail > self.grace:
-                silent = self._silent([r for r in running if not self.is_local(r)])  # on other hosts: gone, or only stuck?
-                lost += silent
-                gone = silent + self._gone()
-                stuck = [r for r in running if r not in gone]
-                if stuck:  # the local dead are reported soon; the stuck are ended, and reported dead once their engines are gone
-                    self.end_ranks(stuck); ended += stuck
-                    deadline = time.monotonic() + 10
-                    while any(self._states(ar).get(r, ('',))[0] == 'running' for r in stuck) and time.monotonic() < deadline: ar.wait(0.05)
-                continue
-        elif self.hang_after and not hung and self._stalled(running, t0) > self.hang_after:
-            hung = True
-            self._hang_report(running, time.monotonic() - t0)
-        ar.wait(0.05)
-    states = {**self._states(ar), **{r: ('lost', None) for r in lost}}
-    if first: raise self._failure(states, first, ended)
-    return {r: s for r, (s, _) in states.items()}
+    w = self._watch(ar, blocking=True)
+    w.claimed = True  # the background watcher leaves it to us from now on
+    with w.lock:
+        while not w.done and not self._step(w):
+            if tick is not None: tick()
+            ar.wait(0.05)
+        w.done = True
+    if w.first: raise w.failure or self._failure(w.states, w.first, w.ended, w.cell)
+    return {r: s for r, (s, _) in w.states.items()}
 
 # %% ../nbs/09_faults.ipynb #46724764
+def hang_limit(interval:float|None, # seconds between the running ranks' recent reports (None: no reports)
+               finished:bool=False, # some ranks finished the cell while others still run
+               timeout:float=60, # the process group's timeout (a deadlock ends there anyway)
+              ) -> float: # seconds without progress before the watchdog speaks
+    "The adaptive `hang_after`: 10 s once a rank finished while others wait; else 5 report intervals (at least 10 s); else half the group timeout (10 to 30 s)"
+    if finished: return 10.0
+    if interval: return max(10.0, 5 * interval)
+    return min(30.0, max(10.0, timeout / 2))
+
+@patch
+def _report_interval(self:DDPCluster, running:list) -> float|None:
+    "Median seconds between the latest reports of the `running` ranks (None without enough reports)"
+    col, gaps = self._collector, []
+    for r in running:
+        rs = col.ranks.get(r) if col is not None else None
+        ts = [t for t, _ in list(rs.rate)[-9:]] if rs is not None else []
+        gaps += [b - a for a, b in zip(ts, ts[1:])]
+    return sorted(gaps)[len(gaps) // 2] if len(gaps) >= 2 else None
+
 @patch
 def _stalled(self:DDPCluster, running:list, t0:float) -> float:
     "Seconds since the latest progress of any of the `running` ranks (a report, or the cell's start)"
@@ -306,14 +372,26 @@ def _stalled(self:DDPCluster, running:list, t0:float) -> float:
     return time.time() - last
 
 @patch
-def _hang_report(self:DDPCluster, running:list, waited:float):
-    "Print the stuck ranks, every rank's stack, and the ways out"
+def _hanging(self:DDPCluster, w:_Watch, running:list, states:dict) -> bool:
+    "Whether the watchdog should speak: a rank stopped (SIGSTOP) for `grace` s, or no progress for `hang_after` (or `hang_limit`) s"
+    stopped = [r for r in running if self.is_local(r) and _proc_status(self._plan[r]['pid']) == psutil.STATUS_STOPPED]
+    w.t_stop = (w.t_stop or time.monotonic()) if stopped else None
+    if stopped and time.monotonic() - w.t_stop > self.grace: return True
+    finished = any(s in ('ok', 'stopped') for s, _ in states.values())
+    limit = self.hang_after if self.hang_after != 'auto' else hang_limit(self._report_interval(running), finished, self.timeout)
+    return self._stalled(running, w.t0) > limit
+
+@patch
+def _hang_report(self:DDPCluster, running:list, waited:float, finished:list=()):
+    "Print the stuck ranks, the ranks that already finished (a skipped collective?), every rank's stack, and the ways out"
     stacks = self.where(running, show=False)
     stuck = [r for r in running if stacks[r].startswith(('stopped', 'dead', 'no answer'))] or running
     print(f"[ddp_nb watchdog] no progress for {waited:.0f}s. Stuck: {', '.join(self.describe(r) for r in stuck)}.", file=sys.stderr)
+    if finished: print(f"Ranks {sorted(finished)} already FINISHED the cell while ranks {sorted(running)} wait: a collective that ranks "
+                       f"{sorted(finished)} skipped (one inside `if rank == ...:`)? Every rank must issue the same collectives.", file=sys.stderr)
     for r in running: print(f"--- rank {r}: " + ('\n' + stacks[r] if '\n' in stacks[r] else stacks[r]), file=sys.stderr)
     print("Ways out: the stop button or cl.interrupt() (ranks stuck in a collective are ended), cl.restart() to replace "
-          "stuck ranks, or wait if this is a slow step (raise cl.hang_after).", file=sys.stderr)
+          "stuck ranks, or wait if this is a slow step (set cl.hang_after to more seconds).", file=sys.stderr)
 
 # %% ../nbs/09_faults.ipynb #51d9f02a
 @patch
@@ -365,6 +443,7 @@ def interrupt(self:DDPCluster, grace:float=1, # seconds the ranks get to stop af
              ) -> dict: # rank -> what happened: 'stopped' (cooperatively), 'interrupted', 'ended', 'finished'
     "Stop what the ranks are running: at the same batch where loops allow it, else by SIGINT; replace ranks still stuck"
     self._live()
+    self._claim_all()  # what happened to each rank is reported here, not by the background watcher
     running, t0 = self._running(), time.monotonic()
     if not running: return {}
     if ar is None and getattr(self, '_last_ar', None) is not None and not self._last_ar.ready(): ar = self._last_ar
@@ -420,6 +499,7 @@ def restart(self:DDPCluster,
     elif ranks is None: ranks = self._running()
     ranks = sorted(set(ranks) | set(self._gone()))  # a dead rank is always replaced
     t0 = time.monotonic()
+    self._claim_all()  # tasks of replaced ranks end here: no notices from the background watcher
     if ranks: self.end_ranks(ranks)  # also an engine the controller dropped (missed heartbeats) that still runs here
     keep = {p['engine_id']: p['rank'] for p in self._plan if p['rank'] not in ranks}
     old = {p['engine_id'] for p in self._plan}
@@ -444,34 +524,147 @@ def restart(self:DDPCluster,
     if new and self._collector is not None: self._connect_reporters(new)
     print(f"Restarted in {time.monotonic() - t0:.1f}s: " + (f"ranks {ranks} are new engines (state lost), " if ranks else '')
           + (f"ranks {sorted(keep.values())} kept their state; " if keep else '')
-          + f"new process group on port {self.master_port}. Rebuild what was bound to the old group (model = rewrap(model)).",
-          file=sys.stderr)
+          + f"new process group on port {self.master_port}. "
+          + (f"Rank{'s' * (len(ranks) > 1)} {', '.join(map(str, ranks))} {'are' if len(ranks) > 1 else 'is'} new: re-run your setup cells "
+             "(imports, data, model, optimizer) on every rank." if ranks else
+             "Rebuild what was bound to the old group (model = rewrap(model))."))  # success: plain output, not stderr
     return self
+
+# %% ../nbs/09_faults.ipynb #5e8f1a3c
+@patch
+def _start_watcher(self:DDPCluster):
+    "Start the background watcher thread of this cluster unless it runs"
+    t = getattr(self, '_watcher', None)
+    if t is None or not t.is_alive():
+        self._watcher = threading.Thread(target=self._watch_loop, name='ddp_nb-watcher', daemon=True)
+        self._watcher.start()
+
+@patch
+def _watch_loop(self:DDPCluster, every:float=0.1, # seconds between looks
+                notice_after:float=0.5, # seconds a finished failed task waits for someone to claim it before the notice
+               ):
+    "Background thread: supervise the tasks nobody waits for (`%%px --noblock`, `apply_async`, `view.execute(block=False)`)"
+    while self._rc is not None and self._view is not None:  # (stop() drops the view first: its ends are no failures)
+        for w in list(getattr(self, '_watches', [])):
+            if w.claimed or self._view is None or not w.lock.acquire(blocking=False): continue
+            try:
+                if not w.done and self._step(w): w.done, w.t_done = True, time.monotonic()
+                if w.done and w.t_done and time.monotonic() - w.t_done > notice_after:
+                    w.t_done = None
+                    if not w.claimed: self._notice(w)
+            except Exception: w.done, w.t_done = True, None  # a task of an old plan (restart); nothing to say
+            finally: w.lock.release()
+        time.sleep(every)
+
+@patch
+def _notice(self:DDPCluster, w:_Watch):
+    "Print what happened to a failed task nobody waited for (a blocking caller gets the error itself: only ended ranks are told)"
+    if not w.first or (w.blocking and not w.ended): return
+    w.failure = f = self._failure(w.states, w.first, w.ended, w.cell)
+    try: w.ar.failure = f
+    except Exception: pass
+    print(f"[ddp_nb] a task started in {w.cell} without waiting for it ({getattr(w.ar, '_fname', 'task')}) failed:\n"
+          + (f.detail + '\n' if f.detail else '') + f.summary, file=sys.stderr, flush=True)
+
+@patch
+def _claim_all(self:DDPCluster):
+    "Take every watched task from the watcher (interrupt and restart report on them themselves)"
+    for w in getattr(self, '_watches', []): w.claimed = True
+
+def watched(cluster:DDPCluster, view):
+    "`view` (a DirectView), its tasks supervised by `cluster`'s background watcher, blocking or not"
+    from ipyparallel.client.view import DirectView
+    class WatchedView(DirectView):
+        def _really_apply(self, f, args=None, kwargs=None, targets=None, block=None, **kw):
+            block = self.block if block is None else block
+            ar = super()._really_apply(f, args, kwargs, targets=targets, block=False, **kw)
+            if hasattr(ar, '_children'): cluster._watch(ar, blocking=block)
+            if not block: return ar
+            try: return ar.get()
+            except KeyboardInterrupt: return ar
+        def execute(self, code, silent=True, targets=None, block=None, **kw):
+            block = self.block if block is None else block
+            ar = super().execute(code, silent=silent, targets=targets, block=False, **kw)
+            cluster._watch(ar, blocking=block)
+            if block:
+                try: ar.get(); ar.wait_for_output()
+                except KeyboardInterrupt: pass
+            return ar
+    if type(view) is DirectView: view.__class__ = WatchedView
+    return view
+
+# %% ../nbs/09_faults.ipynb #7b2c9d04
+def rank_lines(lines:list, # whole lines printed by one rank
+               rank:int, # the rank that printed them
+              ) -> str:
+    "The lines, each labelled with its rank, as one text"
+    return ''.join(f"[rank {rank}] {l}\n" for l in lines)
+
+class RankOutput:
+    "What every rank of a task printed, labelled by rank: in rank order at the end, or line by line once `live_after` s passed"
+    def __init__(self, ar, # an AsyncResult with one task per rank
+                 ranks:dict, # engine id -> rank
+                 live_after:float|None=1.0, # seconds after which whole lines are shown as they arrive (None: only at the end)
+                ):
+        self.ar, self.live_after, self.t0 = ar, live_after, time.monotonic()
+        self.kids = sorted((ranks[e], f) for e, f in zip(ar._targets, ar._children) if e in ranks)
+        self.shown = {}  # (rank, 'stdout'|'stderr'|'outputs') -> lines or display outputs shown
+
+    def show(self, final:bool=False, # the task is over: wait for its last output, show partial lines and results too
+            ):
+        "Print what arrived since the last call (while live), or everything left (final)"
+        if not final and (self.live_after is None or time.monotonic() - self.t0 < self.live_after): return
+        if final and self.ar.ready(): self.ar.wait_for_output(10)  # results can come before the output sent ahead of them
+        for r, f in self.kids:
+            md = f.output.metadata
+            for name in ('stdout', 'stderr'):
+                lines = (md[name] or '').split('\n')
+                n = self.shown.get((r, name), 0)
+                new = lines[n:-1] + ([lines[-1]] if final and lines[-1] else [])
+                if new: print(rank_lines(new, r), end='', file=getattr(sys, name), flush=True)
+                self.shown[(r, name)] = n + len(new)
+            outs = md['outputs'][self.shown.get((r, 'outputs'), 0):]
+            for o in outs:
+                print(f"[rank {r}]", flush=True); _publish(o.get('data', {}), o.get('metadata') or {})
+            self.shown[(r, 'outputs')] = self.shown.get((r, 'outputs'), 0) + len(outs)
+            res = md['execute_result'] if final else None
+            if res and 'text/plain' in res.get('data', {}):
+                _publish({**res['data'], 'text/plain': f"[rank {r}] Out: {res['data']['text/plain']}"}, res.get('metadata') or {})
+
+def _publish(data:dict, metadata:dict):
+    "Show a display output of a rank here (as text where IPython is absent)"
+    try: from IPython import get_ipython; from IPython.display import publish_display_data
+    except ImportError: get_ipython = None
+    if get_ipython is None or get_ipython() is None: print(data.get('text/plain', '')); return
+    publish_display_data(data, metadata)
 
 # %% ../nbs/09_faults.ipynb #db130882
 def px_magics(cluster:DDPCluster, shell, view):
-    "ipyparallel's parallel magics for `view`, with blocking cells supervised and interrupts handled by `cluster`"
-    from contextlib import nullcontext
+    "ipyparallel's parallel magics for `view`: every cell supervised, its output labelled by rank, interrupts handled by `cluster`"
     from ipyparallel.client.magics import ParallelMagics
 
     class SupervisedMagics(ParallelMagics):
-        def parallel_execute(self, cell, block=None, groupby='type', save_name=None, stream_output=None, **kw):
+        def parallel_execute(self, cell, block=None, groupby='type', save_name=None, stream_output=None, progress_after=None, **kw):
             block = self.view.block if block is None else block
-            if not block:
-                cluster._last_ar = super().parallel_execute(cell, block=False, groupby=groupby, save_name=save_name)
-                return cluster._last_ar
+            if not block:  # the background watcher supervises it (see `watched`)
+                ar = cluster._last_ar = super().parallel_execute(cell, block=False, groupby=groupby, save_name=save_name)
+                cluster._watch(ar); return ar
             stream = self.stream_output if stream_output is None else stream_output
-            ar = None
+            live_after = (self.progress_after_seconds if progress_after is None else progress_after) if stream else None
+            ar = out = None
             try:
                 ar = cluster._last_ar = super().parallel_execute(cell, block=False, save_name=save_name)
-                with ar.stream_output() if stream else nullcontext(): cluster.supervise(ar)
+                out = RankOutput(ar, {p['engine_id']: p['rank'] for p in cluster._plan}, live_after)
+                cluster.supervise(ar, tick=out.show)
             except KeyboardInterrupt:  # the stop button, whenever it lands (even while the cell is being sent)
                 old = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second press must not abandon the clean-up halfway
-                try: cluster.interrupt(ar=ar)
+                try:
+                    if out is not None: out.show()
+                    cluster.interrupt(ar=ar)
                 finally: signal.signal(signal.SIGINT, old)
                 raise Interrupted("the cell was stopped on every rank (see above)") from None
             finally:
-                if ar is not None and not stream: ar.wait_for_output(1); ar.display_outputs(groupby)
+                if out is not None: out.show(final=True)  # every line, before the error (if any) is shown
     return SupervisedMagics(shell, view)
 
 # %% ../nbs/09_faults.ipynb #7ac550f7

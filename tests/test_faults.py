@@ -20,6 +20,7 @@ class Kernel:
         messages with their times). `at`: {seconds: callable} run while the cell runs."""
         mid, t0 = self.kc.execute(code), time.monotonic()
         out, msgs, err, t_int, todo = [], [], None, None, dict(at or {})
+        self.streams = []  # (seconds, 'stdout'|'stderr', text) of this cell
         while True:
             now = time.monotonic() - t0
             for t in [t for t in todo if t <= now]: todo.pop(t)()
@@ -30,7 +31,9 @@ class Kernel:
             except queue.Empty: continue
             if m['parent_header'].get('msg_id') != mid: continue
             kind, c = m['msg_type'], m['content']
-            if kind == 'stream': out.append(c['text']); msgs.append((time.monotonic() - t0, c['text']))
+            if kind == 'stream':
+                out.append(c['text']); msgs.append((time.monotonic() - t0, c['text']))
+                self.streams.append((time.monotonic() - t0, c['name'], c['text']))
             elif kind == 'error': err = f"{c['ename']}: {c['evalue']}"; out.append('\n'.join(c['traceback']))
             elif kind in ('execute_result', 'display_data'): out.append(c['data'].get('text/plain', ''))
             elif kind == 'status' and c['execution_state'] == 'idle': break
@@ -123,7 +126,7 @@ def test_stopped_rank_watchdog_then_interrupt(k):
     assert stopped_in < 2, out
     assert 'ranks [1] were stopped' in out and 'ranks [0] kept theirs' in out and 'Restarted' in out, out
     assert k.value("cl.check()")
-    k.run("cl.hang_after = 60")
+    k.run("cl.hang_after = 'auto'")
     restart_and_check(k)
 
 
@@ -183,6 +186,80 @@ def test_a_rank_that_exits_on_interrupt_is_replaced(k):
     assert k.value("cl.check()") and k.value("len(cluster_procs(cl.cluster_id)) == n_procs")
     MEASURED['interrupt where a rank exits instead: replaced, cell back in (s)'] = round(took, 2)
 
+
+
+def wait_for_notice(k, t_sent, says='[ddp_nb', limit=15):
+    "Run a waiting cell until the background watcher's notice shows; seconds from `t_sent` to the notice, and the output"
+    t0 = time.monotonic()
+    _, out, err, msgs = k.run(f"import time\nt0 = time.monotonic()\nwhile time.monotonic() - t0 < {limit}:\n"
+                              "    time.sleep(0.05)\n    if getattr(cl._last_ar, 'failure', None) is not None: break\n"
+                              "time.sleep(0.3)", timeout=limit + 30, at={0: lambda: None})
+    seen = [t for t, text in msgs if says in text]
+    return (t0 - t_sent + seen[0] if seen else None), out
+
+
+@pytest.mark.parametrize('how', ['px-noblock', 'view-execute', 'apply-async'])
+def test_noblock_one_rank_raises_others_released_within_5s(k, how):
+    "Tasks nobody waits for get the blocking cell's deadline: rank 1 raises, rank 0 (in an all-reduce) is ended and named"
+    code = "if rank == 1: raise ValueError('rank one broke')\nt = torch.ones(1); dist.all_reduce(t)"
+    send = {'px-noblock': f"%%px --noblock\n{code}",
+            'view-execute': f"cl._last_ar = cl.view.execute({code!r}, block=False)",
+            'apply-async': "def step():\n    import torch, torch.distributed as dist\n"
+                           "    if dist.get_rank() == 1: raise ValueError('rank one broke')\n"
+                           "    t = torch.ones(1); dist.all_reduce(t)\ncl._last_ar = cl.view.apply_async(step)"}[how]
+    t_sent = time.monotonic()
+    _, out, err, _ = k.run(send)
+    assert err is None, out
+    took, out = wait_for_notice(k, t_sent)
+    MEASURED[f'{how}: one rank raises, others wait in a collective: notice shown (s)'] = took and round(took, 2)
+    assert took is not None and took < 5, out
+    assert 'rank 1 (host' in out and 'rank one broke' in out and 'rank 0: was still running' in out, out
+    assert 'cl.restart() replaces ranks [0]' in out, out
+    restart_and_check(k)
+
+
+def test_noblock_stopped_rank_named_within_the_watchdog_deadline(k):
+    "A SIGSTOPped rank under a non-blocking task is named as a blocking cell's watchdog does (default hang_after)"
+    pid1 = k.value("cl.ranks[1].pid")
+    _, out, err, _ = k.run("%%px --noblock\nimport time\nfor i in range(10**7):\n    t = torch.ones(1); dist.all_reduce(t); time.sleep(0.01)")
+    assert err is None, out
+    time.sleep(1); t_stop = time.monotonic(); os.kill(pid1, signal.SIGSTOP)
+    try: took, out = wait_for_notice(k, t_stop, says='[ddp_nb watchdog]', limit=8)
+    finally: os.kill(pid1, signal.SIGCONT)
+    MEASURED['noblock, rank stopped (SIGSTOP): watchdog names it after the stop (s), default hang_after'] = took and round(took, 2)
+    assert took is not None and took < 3 + 3, out  # the blocking test's deadline (hang_after=3 plus a little)
+    assert 'Stuck: rank 1' in out and 'stopped (SIGSTOP' in out and 'all_reduce' in out, out
+    _, out, err, _ = k.run("cl.interrupt()")
+    restart_and_check(k)
+
+
+def test_plain_error_on_one_rank_gives_no_check_advice(k):
+    "A NameError on one rank (no collective involved): one traceback, the notebook's cell, no 'out of step' advice"
+    took, out, err, _ = k.run("%%px\nif rank == 1: undefined_name\nx = 1")
+    assert err and err.startswith('RankFailure') and "NameError: name 'undefined_name'" in out, out
+    assert 'cl.check()' not in out and 'out of step' not in out, out
+    assert out.count('Traceback (most recent call last)') == 1, out
+    assert 'Cell In[' not in out and re.search(r'In\[\d+\], line 1', out), out
+    assert 'rank 0: finished the cell' in out, out
+
+
+def test_restart_success_is_plain_output_and_names_new_ranks(k):
+    took, out, err, _ = k.run("cl.restart([0])")
+    assert err is None, out
+    said = {name: ''.join(t for _, n, t in k.streams if n == name) for name in ('stdout', 'stderr')}
+    assert 'Restarted in' in said['stdout'] and 'Restarted' not in said['stderr'], said
+    assert 'Rank 0 is new: re-run your setup cells' in said['stdout'] and 'rewrap' not in said['stdout'], said
+
+
+def test_watchdog_names_a_rank_that_finished_a_skipped_collective(k):
+    "Rank 1 skips the all-reduce and finishes; rank 0 waits: the default watchdog says so well before the group's 60 s timeout"
+    took, out, err, msgs = k.run("%%px\nif rank == 0: t = torch.ones(1); dist.all_reduce(t)", interrupt_after=25)
+    seen = [t for t, text in msgs if '[ddp_nb watchdog]' in text]
+    MEASURED['skipped collective (rank 1 finished, rank 0 waits): watchdog report (s), default hang_after'] = seen and round(seen[0], 2)
+    assert seen and seen[0] < 20, out
+    assert 'Ranks [1] already FINISHED the cell' in out and 'skipped' in out, out
+    assert err and err.startswith('Interrupted'), out
+    restart_and_check(k)
 
 def test_bad_input_says_what_to_do():
     before = {p.pid for p in ours()}  # the module's cluster may still be running
