@@ -311,46 +311,63 @@ def plot_data(series:dict, # {(rank, metric): Series} of one run
     return out
 
 # %% ../nbs/04_dashboard.ipynb #83528798
+def _plain(y, _pos=None) -> str:
+    "A log axis' tick label as a plain number (matplotlib's 10^x labels go through mathtext: slow)"
+    return f"{y:g}"
+
 class Plot:
     "A run's metrics drawn as SVG — crisp at whatever size the browser shows it — with limits that follow the data"
     def __init__(self,
                  width:float=9., # inches (72 pt each) of the SVG; the browser scales it to the output's width
                  logy:bool|None=None, # log y axes; None: each panel whose values are positive and span two decades or more
                 ):
-        self.width, self.logy, self.cost = width, logy, 0.
+        self.width, self.logy, self.cost, self.key, self.fig, self.lines = width, logy, 0., None, None, {}
+
+    def _layout(self, data:dict, logs:list):
+        "A figure with a panel per metric and a line per rank (and the mean), kept while the same lines are drawn"
+        from matplotlib.figure import Figure
+        from matplotlib.ticker import FuncFormatter, MaxNLocator, NullLocator
+        rows, cols = (1 if len(data) <= 2 else 2), min(2, len(data)) or 1
+        self.fig, self.lines = Figure(figsize=(self.width, 3.1 * rows), dpi=72), {}
+        for i, ((n, lines), log) in enumerate(zip(data.items(), logs)):
+            ax = self.fig.add_subplot(rows, cols, i + 1)
+            ranks = [k for k in lines if k != 'mean']
+            for j, rk in enumerate(ranks):
+                self.lines[n, rk], = ax.plot([], [], lw=1.0, color=f'C{j % 10}', alpha=0.7 if 'mean' in lines else 1., label=f'rank {rk}')
+            if 'mean' in lines: self.lines[n, 'mean'], = ax.plot([], [], color='k', lw=1.8, label='mean')
+            if log:
+                ax.set_yscale('log')
+                ax.yaxis.set_major_formatter(FuncFormatter(_plain)); ax.yaxis.set_minor_locator(NullLocator())
+            ax.xaxis.set_major_locator(MaxNLocator(8, integer=True))
+            ax.set_xlabel('step', fontsize=10); ax.set_ylabel(n + (' (log scale)' if log else ''), fontsize=10)
+            ax.tick_params(labelsize=9); ax.grid(alpha=0.25)
+            if i == 0 and len(ranks) <= 8:
+                ax.legend(fontsize=9, loc='upper right', ncol=min(5, len(lines)), framealpha=0.85, handlelength=1.5)
+        self.fig.subplots_adjust(left=0.08 if cols == 1 else 0.07, right=0.985, bottom=0.16 if rows == 1 else 0.09,
+                                 top=0.96 if rows == 1 else 0.97, wspace=0.22, hspace=0.35)
 
     def svg(self, series:dict) -> tuple:
         "(SVG bytes, {metric: dict(x0, x1, y0, y1, logy, last_x, last_y, last_step)}) of a run's `series`"
         import matplotlib as mpl
-        from matplotlib.figure import Figure
         from matplotlib.backends.backend_svg import FigureCanvasSVG
         t = time.perf_counter()
         data, info = plot_data(series), {}
-        rows, cols = (1 if len(data) <= 2 else 2), min(2, len(data)) or 1
-        fig = Figure(figsize=(self.width, 3.1 * rows), dpi=72)
-        for i, (n, lines) in enumerate(data.items()):
-            ax = fig.add_subplot(rows, cols, i + 1)
+        ys = {n: [y for k in lines for y in lines[k][1]] for n, lines in data.items()}
+        logs = [auto_logy(ys[n]) if self.logy is None else bool(self.logy and any(y > 0 for y in ys[n] if math.isfinite(y))) for n in data]
+        key = ([(n, tuple(lines)) for n, lines in data.items()], logs)
+        if key != self.key: self._layout(data, logs); self.key = key
+        for (n, lines), log in zip(data.items(), logs):
+            for k, (xs, vs) in lines.items(): self.lines[n, k].set_data(xs, vs)
             ranks = [k for k in lines if k != 'mean']
-            for j, rk in enumerate(ranks):
-                ax.plot(*lines[rk], lw=1.0, color=f'C{j % 10}', alpha=0.7 if 'mean' in lines else 1., label=f'rank {rk}')
-            if 'mean' in lines: ax.plot(*lines['mean'], color='k', lw=1.8, label='mean')
-            ys = [y for k in lines for y in lines[k][1]]
-            log = auto_logy(ys) if self.logy is None else (self.logy and any(y > 0 for y in ys if math.isfinite(y)))
-            x0, x1, y0, y1 = plot_limits([x for k in lines for x in lines[k][0]], ys, log)
-            if log: ax.set_yscale('log')
+            x0, x1, y0, y1 = plot_limits([x for k in lines for x in lines[k][0]], ys[n], log)
+            ax = self.lines[n, ranks[0]].axes
             ax.set_xlim(x0, x1); ax.set_ylim(y0, y1)
-            ax.set_xlabel('step', fontsize=10); ax.set_ylabel(n + (' (log scale)' if log else ''), fontsize=10)
-            ax.tick_params(labelsize=9); ax.grid(alpha=0.25)
             end = lines.get('mean') or lines[ranks[0]]
             info[n] = dict(x0=x0, x1=x1, y0=y0, y1=y1, logy=log, last_x=end[0][-1] if end[0] else None,
                            last_y=end[1][-1] if end[1] else None,
                            last_step=min((lines[rk][0][-1] for rk in ranks if lines[rk][0]), default=None))
-            if i == 0 and len(ranks) <= 8:
-                ax.legend(fontsize=9, loc='upper right', ncol=min(5, len(lines)), framealpha=0.85, handlelength=1.5)
-        fig.subplots_adjust(left=0.08 if cols == 1 else 0.07, right=0.985, bottom=0.16 if rows == 1 else 0.09,
-                            top=0.96 if rows == 1 else 0.97, wspace=0.22, hspace=0.35)
         buf = io.BytesIO()
-        with mpl.rc_context({'svg.fonttype': 'none', 'svg.hashsalt': 'ddp_nb'}): FigureCanvasSVG(fig).print_svg(buf)
+        with mpl.rc_context({'svg.fonttype': 'none', 'svg.hashsalt': 'ddp_nb'}): FigureCanvasSVG(self.fig).print_svg(buf)
         self.cost = time.perf_counter() - t
         return buf.getvalue(), info
 
@@ -532,7 +549,7 @@ def _draw(self:Dashboard):
     self.drawn_version, self.drawn_signature, self.draws = snap.version, self.shown['signature'], self.draws + 1
     if snap.newest > self.drawn_newest:  # report -> drawn latency, for draws that show new points
         self.latencies.append(time.time() - snap.newest); self.drawn_newest = snap.newest
-    self.cost = time.perf_counter() - t
+    self.cost = 0.7 * self.cost + 0.3 * (time.perf_counter() - t)  # smoothed: one slow frame (the first: imports) does not stall the next
 
 @patch
 def _signature(self:Dashboard) -> tuple:
@@ -546,7 +563,7 @@ def _tick(self:Dashboard):
     now = time.monotonic()
     news = self.col.version != self.drawn_version
     if self.mode == 'widget':
-        if now - self.last_draw < max(self.every, 10 * self.cost): return  # a slow redraw waits longer: ~10% of a core at most
+        if now - self.last_draw < max(self.every, min(1., 10 * self.cost)): return  # slow redraws come less often: ~10% of a core
         if not news and now - self.last_check >= 0.5:
             self.last_check = now
             news = self._signature() != self.drawn_signature  # a cell ended, a rank died: the last frame shows it
