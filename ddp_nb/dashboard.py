@@ -346,8 +346,17 @@ class Plot:
         self.fig.subplots_adjust(left=0.08 if cols == 1 else 0.07, right=0.985, bottom=0.16 if rows == 1 else 0.09,
                                  top=0.96 if rows == 1 else 0.97, wspace=0.22, hspace=0.35)
 
+    def warm(self):
+        "Import matplotlib and load its fonts now (a second or two on a busy machine), not when the first points arrive"
+        try:
+            from matplotlib.figure import Figure
+            from matplotlib.backends.backend_svg import FigureCanvasSVG
+            fig = Figure(figsize=(1, 1)); fig.add_subplot().set_xlabel('step')
+            FigureCanvasSVG(fig).print_svg(io.BytesIO())
+        except Exception: pass  # the first real frame will say what is wrong
+
     def svg(self, series:dict) -> tuple:
-        "(SVG bytes, {metric: dict(x0, x1, y0, y1, logy, last_x, last_y, last_step)}) of a run's `series`"
+        "(SVG bytes, {metric: dict(x0, x1, y0, y1, logy, last_x, last_y, last_step, max_step)}) of a run's `series`"
         import matplotlib as mpl
         from matplotlib.backends.backend_svg import FigureCanvasSVG
         t = time.perf_counter()
@@ -365,7 +374,8 @@ class Plot:
             end = lines.get('mean') or lines[ranks[0]]
             info[n] = dict(x0=x0, x1=x1, y0=y0, y1=y1, logy=log, last_x=end[0][-1] if end[0] else None,
                            last_y=end[1][-1] if end[1] else None,
-                           last_step=min((lines[rk][0][-1] for rk in ranks if lines[rk][0]), default=None))
+                           last_step=min((lines[rk][0][-1] for rk in ranks if lines[rk][0]), default=None),  # the slowest rank's
+                           max_step=max((lines[rk][0][-1] for rk in ranks if lines[rk][0]), default=None))   # the fastest rank's
         buf = io.BytesIO()
         with mpl.rc_context({'svg.fonttype': 'none', 'svg.hashsalt': 'ddp_nb'}): FigureCanvasSVG(self.fig).print_svg(buf)
         self.cost = time.perf_counter() - t
@@ -403,6 +413,7 @@ class Dashboard:
         self.every, self.text_every, self.out, self.plot = every, text_every, out, Plot(logy=logy)
         self.drawn_version, self.last_draw, self.draws, self.latencies, self.cost = -1, 0., 0, deque(maxlen=1000), 0.
         self.drawn_newest, self.drawn_signature, self.last_check, self.shown = collector.newest_t, None, 0., {}
+        self.costs = deque(maxlen=5)  # seconds the last frames took to draw
         self.host = host_identity()
         self.last_text, self._was_busy = '', False
         if self.mode == 'widget': self._make_widgets()
@@ -414,10 +425,11 @@ class Dashboard:
 def _make_widgets(self:Dashboard):
     "One HTML widget holds the whole frame, so the browser never shows a header from one moment and a plot from another"
     import ipywidgets as W
-    self.w = W.HTML()
+    self.w = W.HTML(layout=W.Layout(width='100%'))
     self.box = W.VBox([self.w], layout=W.Layout(width='100%'))
     self.box.add_class('ddp-nb-dashboard')
     self._draw()
+    threading.Thread(target=self.plot.warm, daemon=True, name='ddp_nb-plot-warm').start()  # the first plot is not late
 
 @patch
 def _statuses(self:Dashboard, snap:Snapshot|None=None) -> dict:
@@ -549,7 +561,8 @@ def _draw(self:Dashboard):
     self.drawn_version, self.drawn_signature, self.draws = snap.version, self.shown['signature'], self.draws + 1
     if snap.newest > self.drawn_newest:  # report -> drawn latency, for draws that show new points
         self.latencies.append(time.time() - snap.newest); self.drawn_newest = snap.newest
-    self.cost = 0.7 * self.cost + 0.3 * (time.perf_counter() - t)  # smoothed: one slow frame (the first: imports) does not stall the next
+    self.costs.append(time.perf_counter() - t)
+    self.cost = sorted(self.costs)[len(self.costs) // 2]  # the median of recent frames: one slow frame does not stall the next
 
 @patch
 def _signature(self:Dashboard) -> tuple:
