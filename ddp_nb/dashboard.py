@@ -402,7 +402,7 @@ class Dashboard:
                  world_size:int, # ranks expected
                  task_status=None, # callable -> {rank: 'running'|'idle'|'error'|'dead'}, from the cluster
                  mode:str|None=None, # 'widget', 'text', or None: widgets under a Jupyter frontend, text elsewhere
-                 every:float=0.3, # seconds between widget redraws at least (more when a redraw is slow: at most ~10% of a core)
+                 every:float=0.3, # seconds between widget redraws at least (more when a redraw is slow: ~5% of a core at most)
                  text_every:float=5.0, # seconds between text lines at most
                  out=None, # where text lines go (default sys.stdout)
                  logy:bool|None=None, # log y axes; None: each panel whose values are positive and span two decades or more
@@ -576,7 +576,7 @@ def _tick(self:Dashboard):
     now = time.monotonic()
     news = self.col.version != self.drawn_version
     if self.mode == 'widget':
-        if now - self.last_draw < max(self.every, min(1., 10 * self.cost)): return  # slow redraws come less often: ~10% of a core
+        if now - self.last_draw < max(self.every, min(1., 20 * self.cost)): return  # slow redraws come less often: ~5% of a core
         if not news and now - self.last_check >= 0.5:
             self.last_check = now
             news = self._signature() != self.drawn_signature  # a cell ended, a rank died: the last frame shows it
