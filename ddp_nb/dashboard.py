@@ -177,12 +177,14 @@ def _fold(self:Collector, msg:dict):
     if msg['pts'] or msg.get('flags'): self.version += 1  # heartbeats alone are no news
 
 @patch
-def snapshot(self:Collector) -> Snapshot:
+def snapshot(self:Collector,
+             series:bool=True, # copy the current run's series too (the plot needs them; status checks do not)
+            ) -> Snapshot:
     "A consistent copy of every rank's state and the current run's series, taken under the lock"
     with self.lock:
         ranks = {r: _copy_state(s) for r, s in self.ranks.items()}
         run = max((s.run for s in ranks.values() if s.step is not None), default=0)
-        return Snapshot(time.time(), self.version, self.newest_t, ranks, run, self.history.of(run), self.stopped)
+        return Snapshot(time.time(), self.version, self.newest_t, ranks, run, self.history.of(run) if series else {}, self.stopped)
 
 @patch
 def _loop(self:Collector):
@@ -469,12 +471,12 @@ def warning_lines(snap:Snapshot) -> list[str]:
 @patch
 def flags_text(self:Dashboard) -> list[str]:
     "`warning_lines` of the collector's state now"
-    return warning_lines(self.col.snapshot())
+    return warning_lines(self.col.snapshot(series=False))
 
 @patch
 def header_text(self:Dashboard) -> str:
     "`head_line` of the collector's state now"
-    return head_line(self.col.snapshot())
+    return head_line(self.col.snapshot(series=False))
 
 # %% ../nbs/04_dashboard.ipynb #1f86c543
 _COL = dict(rank='4.5em', status='6.5em', step='6.5em', metric='7.5em', load='20em')  # fixed: columns never move or collide
@@ -519,7 +521,7 @@ def ranks_html(self:Dashboard, statuses:dict|None=None) -> str:
 @patch
 def text(self:Dashboard, snap:Snapshot|None=None) -> str:
     "The dashboard as compact text: the header line, then one short line per rank, then warnings"
-    snap = snap or self.col.snapshot()
+    snap = snap or self.col.snapshot(series=False)
     st = self._statuses(snap)
     live = lambda r: st[r] in ('running', 'idle', 'error', 'silent') and r in snap.ranks
     lines = ['[ddp_nb] ' + head_line(snap)]
@@ -567,7 +569,7 @@ def _draw(self:Dashboard):
 @patch
 def _signature(self:Dashboard) -> tuple:
     "What the rank table and warnings show, to notice changes that bring no new points (errors, deaths, idling)"
-    snap = self.col.snapshot()
+    snap = self.col.snapshot(series=False)
     return tuple(self._statuses(snap).items()), tuple(warning_lines(snap))
 
 @patch
@@ -592,7 +594,7 @@ def _tick(self:Dashboard):
 @patch
 def _print(self:Dashboard):
     "Print the text frame if it changed"
-    snap = self.col.snapshot()
+    snap = self.col.snapshot(series=False)
     t = self.text(snap)
     if t != self.last_text:
         print(t, file=self.out or sys.stdout, flush=True)
