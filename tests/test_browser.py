@@ -149,7 +149,7 @@ def test_dashboard_moves_while_training_cell_runs(lab, no_leftovers):
         shots['stopped'] = _shot(page, 'dashboard-stopped.png')
         if 'during' not in shots: page.screenshot(path=str(SHOTS / 'dashboard-during.png'))
         b.close()
-    for k, p in shots.items(): print(f"\nscreenshot of the dashboard {k} the run: {p}")
+    for k, p in shots.items(): print(f"\nscreenshot of the dashboard ({k}): {p}")
     if os.environ.get("DDP_NB_DEBUG"): [print(s) for s in seen[::5]]
     during = [s for s in seen if s['prompt'].strip().startswith('[*]') and s['head']]
     states = []
