@@ -10,8 +10,8 @@ from .core import host_identity, patch, pid_alive
 
 # %% auto #0
 __all__ = ['IDLE_GAP', 'STATUS_COLORS', 'Series', 'History', 'RankState', 'Snapshot', 'Collector', 'progress', 'rank_status',
-           'mean_line', 'auto_logy', 'plot_limits', 'plot_data', 'Plot', 'plot_svg', 'Dashboard', 'head_line',
-           'warning_lines', 'rank_table']
+           'mean_line', 'auto_logy', 'plot_limits', 'limits_hold', 'plot_data', 'Plot', 'mpl_color', 'plot_svg',
+           'Dashboard', 'head_line', 'warning_lines', 'rank_table']
 
 # %% ../nbs/04_dashboard.ipynb #c3589616
 class Series:
@@ -292,14 +292,24 @@ def auto_logy(ys:list) -> bool:
     return bool(ys) and min(ys) > 0 and max(ys) >= 100 * min(ys)
 
 def plot_limits(xs:list, ys:list, logy:bool=False) -> tuple:
-    "(x0, x1, y0, y1) holding every point: x from the first step to ~1.1x the last, y padded 5% (of the decades, on a log axis)"
+    "(x0, x1, y0, y1) holding every point: x from the first step to ~1.15x the last, y padded 10% (of the decades, on a log axis)"
     x0, x1 = (min(xs), max(xs)) if xs else (0, 1)
     ys = [y for y in ys if math.isfinite(y) and (y > 0 or not logy)]
     if not ys: return x0, x0 + 1, (0.1 if logy else 0.), (10. if logy else 1.)
     lo, hi = min(ys), max(ys)
-    if logy: r = (hi / lo) ** 0.05 if hi > lo else 1.5; y0, y1 = lo / r, hi * r
-    else: pad = (hi - lo) * 0.05 or abs(hi) * 0.1 or 1.; y0, y1 = lo - pad, hi + pad
-    return x0, max(x0 + (x1 - x0) * 1.1, x1 + 1), y0, y1
+    if logy: r = (hi / lo) ** 0.1 if hi > lo else 1.5; y0, y1 = lo / r, hi * r
+    else: pad = (hi - lo) * 0.1 or abs(hi) * 0.1 or 1.; y0, y1 = lo - pad, hi + pad
+    return x0, max(x0 + (x1 - x0) * 1.15, x1 + 1), y0, y1
+
+def limits_hold(lim:tuple, xs:list, ys:list, logy:bool=False) -> bool:
+    "Whether limits (x0, x1, y0, y1) still suit the data: every point inside, x at most ~1.3x ahead, the data over half the y axis"
+    x0, x1, y0, y1 = lim
+    ys = [y for y in ys if math.isfinite(y) and (y > 0 or not logy)]
+    if not xs or not ys: return True
+    lo, hi, a, b = min(ys), max(ys), min(xs), max(xs)
+    if a < x0 or b > x1 or lo < y0 or hi > y1 or x1 - x0 > 1.3 * (b - x0) + 1: return False
+    f = math.log10 if logy else float
+    return hi == lo or f(hi) - f(lo) >= 0.5 * (f(y1) - f(y0))
 
 def plot_data(series:dict, # {(rank, metric): Series} of one run
              ) -> dict:
@@ -317,36 +327,25 @@ def _plain(y, _pos=None) -> str:
     "A log axis' tick label as a plain number (matplotlib's 10^x labels go through mathtext: slow)"
     return f"{y:g}"
 
+def _path(xs:list, ys:list, box:tuple, lim:tuple, logy:bool) -> str:
+    "SVG path data of a line in an axes at `box` (left, top, width, height in pt) with limits `lim`; gaps at non-finite values"
+    (l, t, w, h), (x0, x1, y0, y1) = box, lim
+    f = math.log10 if logy else float
+    fy0, fy1 = f(y0), f(y1)
+    out, pen = [], 'M'
+    for x, y in zip(xs, ys):
+        if not math.isfinite(y) or (logy and y <= 0): pen = 'M'; continue
+        out.append(f"{pen}{l + (x - x0) / (x1 - x0) * w:.1f} {t + h - (f(y) - fy0) / (fy1 - fy0) * h:.1f}"); pen = 'L'
+    return ''.join(out)
+
 class Plot:
-    "A run's metrics drawn as SVG — crisp at whatever size the browser shows it — with limits that follow the data"
+    "A run's metrics as SVG — crisp at whatever size the browser shows it. Axes come from matplotlib, only when limits move; lines are drawn here every frame"
     def __init__(self,
                  width:float=9., # inches (72 pt each) of the SVG; the browser scales it to the output's width
                  logy:bool|None=None, # log y axes; None: each panel whose values are positive and span two decades or more
                 ):
-        self.width, self.logy, self.cost, self.key, self.fig, self.lines = width, logy, 0., None, None, {}
-
-    def _layout(self, data:dict, logs:list):
-        "A figure with a panel per metric and a line per rank (and the mean), kept while the same lines are drawn"
-        from matplotlib.figure import Figure
-        from matplotlib.ticker import FuncFormatter, MaxNLocator, NullLocator
-        rows, cols = (1 if len(data) <= 2 else 2), min(2, len(data)) or 1
-        self.fig, self.lines = Figure(figsize=(self.width, 3.1 * rows), dpi=72), {}
-        for i, ((n, lines), log) in enumerate(zip(data.items(), logs)):
-            ax = self.fig.add_subplot(rows, cols, i + 1)
-            ranks = [k for k in lines if k != 'mean']
-            for j, rk in enumerate(ranks):
-                self.lines[n, rk], = ax.plot([], [], lw=1.0, color=f'C{j % 10}', alpha=0.7 if 'mean' in lines else 1., label=f'rank {rk}')
-            if 'mean' in lines: self.lines[n, 'mean'], = ax.plot([], [], color='k', lw=1.8, label='mean')
-            if log:
-                ax.set_yscale('log')
-                ax.yaxis.set_major_formatter(FuncFormatter(_plain)); ax.yaxis.set_minor_locator(NullLocator())
-            ax.xaxis.set_major_locator(MaxNLocator(8, integer=True))
-            ax.set_xlabel('step', fontsize=10); ax.set_ylabel(n + (' (log scale)' if log else ''), fontsize=10)
-            ax.tick_params(labelsize=9); ax.grid(alpha=0.25)
-            if i == 0 and len(ranks) <= 8:
-                ax.legend(fontsize=9, loc='upper right', ncol=min(5, len(lines)), framealpha=0.85, handlelength=1.5)
-        self.fig.subplots_adjust(left=0.08 if cols == 1 else 0.07, right=0.985, bottom=0.16 if rows == 1 else 0.09,
-                                 top=0.96 if rows == 1 else 0.97, wspace=0.22, hspace=0.35)
+        self.width, self.logy, self.cost, self.key, self.fig, self.lines, self.lims, self.static = width, logy, 0., None, None, {}, {}, None
+        self.renders = 0  # how often matplotlib drew the axes
 
     def warm(self):
         "Import matplotlib and load its fonts now (a second or two on a busy machine), not when the first points arrive"
@@ -357,31 +356,87 @@ class Plot:
             FigureCanvasSVG(fig).print_svg(io.BytesIO())
         except Exception: pass  # the first real frame will say what is wrong
 
-    def svg(self, series:dict) -> tuple:
-        "(SVG bytes, {metric: dict(x0, x1, y0, y1, logy, last_x, last_y, last_step, max_step)}) of a run's `series`"
+    def _layout(self, data:dict, logs:list):
+        "A figure with a panel per metric; the legend above the panels, where no line can cover it"
+        from matplotlib.figure import Figure
+        from matplotlib.ticker import FuncFormatter, MaxNLocator, NullLocator
+        rows, cols = (1 if len(data) <= 2 else 2), min(2, len(data)) or 1
+        self.fig, self.lines, self.lims, self.static = Figure(figsize=(self.width, 3.3 * rows), dpi=72), {}, {}, None
+        handles = []
+        for i, ((n, lines), log) in enumerate(zip(data.items(), logs)):
+            ax = self.fig.add_subplot(rows, cols, i + 1)
+            ranks = [k for k in lines if k != 'mean']
+            for j, rk in enumerate(ranks):
+                self.lines[n, rk] = dict(color=f'C{j % 10}', lw=1.0, alpha=0.7 if 'mean' in lines else 1., ax=ax, label=f'rank {rk}')
+            if 'mean' in lines: self.lines[n, 'mean'] = dict(color='k', lw=1.8, alpha=1., ax=ax, label='mean')
+            if i == 0: handles = [ax.plot([], [], color=d['color'], lw=d['lw'], alpha=d['alpha'], label=d['label'])[0]
+                                  for (m, _), d in self.lines.items() if m == n]
+            if log:
+                ax.set_yscale('log')
+                ax.yaxis.set_major_formatter(FuncFormatter(_plain)); ax.yaxis.set_minor_locator(NullLocator())
+            ax.xaxis.set_major_locator(MaxNLocator(8, integer=True))
+            ax.set_xlabel('step', fontsize=10); ax.set_ylabel(n + (' (log scale)' if log else ''), fontsize=10)
+            ax.tick_params(labelsize=9); ax.grid(alpha=0.25)
+        if 0 < len(handles) <= 9:
+            self.fig.legend(handles=handles, loc='upper right', bbox_to_anchor=(0.985, 1.0), ncol=len(handles), fontsize=9,
+                            frameon=False, handlelength=1.8)
+        top = 1 - 0.3 / (3.3 * rows)  # room for the legend
+        self.fig.subplots_adjust(left=0.08 if cols == 1 else 0.07, right=0.985, bottom=0.15 if rows == 1 else 0.08,
+                                 top=top - 0.02, wspace=0.22, hspace=0.35)
+
+    def _render(self):
+        "The axes, ticks, labels and legend as SVG text, with the box of each panel in pt"
         import matplotlib as mpl
         from matplotlib.backends.backend_svg import FigureCanvasSVG
+        for (n, _), d in self.lines.items(): d['ax'].set_xlim(*self.lims[n][:2]); d['ax'].set_ylim(*self.lims[n][2:])
+        buf = io.BytesIO()
+        with mpl.rc_context({'svg.fonttype': 'none', 'svg.hashsalt': 'ddp_nb'}): FigureCanvasSVG(self.fig).print_svg(buf)
+        W, H = self.fig.bbox.width, self.fig.bbox.height  # pt: dpi is 72
+        self.boxes = {}
+        for (n, _), d in self.lines.items():
+            p = d['ax'].get_position()
+            self.boxes[n] = (p.x0 * W, (1 - p.y1) * H, p.width * W, p.height * H)
+        self.static, self.renders = buf.getvalue().decode(), self.renders + 1
+
+    def svg(self, series:dict) -> tuple:
+        "(SVG bytes, {metric: dict(x0, x1, y0, y1, logy, last_x, last_y, last_step, max_step)}) of a run's `series`"
         t = time.perf_counter()
         data, info = plot_data(series), {}
         ys = {n: [y for k in lines for y in lines[k][1]] for n, lines in data.items()}
+        xs = {n: [x for k in lines for x in lines[k][0]] for n, lines in data.items()}
         logs = [auto_logy(ys[n]) if self.logy is None else bool(self.logy and any(y > 0 for y in ys[n] if math.isfinite(y))) for n in data]
         key = ([(n, tuple(lines)) for n, lines in data.items()], logs)
         if key != self.key: self._layout(data, logs); self.key = key
-        for (n, lines), log in zip(data.items(), logs):
-            for k, (xs, vs) in lines.items(): self.lines[n, k].set_data(xs, vs)
+        moved = False
+        for n, log in zip(data, logs):
+            if n not in self.lims or not limits_hold(self.lims[n], xs[n], ys[n], log):
+                self.lims[n], moved = plot_limits(xs[n], ys[n], log), True
+        if moved or self.static is None: self._render()
+        paths = []
+        for i, ((n, lines), log) in enumerate(zip(data.items(), logs)):
+            b = self.boxes[n]
+            paths.append(f"<clipPath id='ddpnb-clip{i}'><rect x='{b[0]:.1f}' y='{b[1]:.1f}' width='{b[2]:.1f}' height='{b[3]:.1f}'/></clipPath>"
+                         f"<g clip-path='url(#ddpnb-clip{i})' fill='none' stroke-linejoin='round' stroke-linecap='round'>")
+            for k in [k for k in lines if k != 'mean'] + (['mean'] if 'mean' in lines else []):
+                d = self.lines[n, k]
+                paths.append(f"<path d='{_path(*lines[k], b, self.lims[n], log)}' stroke='{mpl_color(d['color'])}' "
+                             f"stroke-width='{d['lw']}' stroke-opacity='{d['alpha']}'/>")
+            paths.append('</g>')
             ranks = [k for k in lines if k != 'mean']
-            x0, x1, y0, y1 = plot_limits([x for k in lines for x in lines[k][0]], ys[n], log)
-            ax = self.lines[n, ranks[0]].axes
-            ax.set_xlim(x0, x1); ax.set_ylim(y0, y1)
             end = lines.get('mean') or lines[ranks[0]]
+            x0, x1, y0, y1 = self.lims[n]
             info[n] = dict(x0=x0, x1=x1, y0=y0, y1=y1, logy=log, last_x=end[0][-1] if end[0] else None,
                            last_y=end[1][-1] if end[1] else None,
                            last_step=min((lines[rk][0][-1] for rk in ranks if lines[rk][0]), default=None),  # the slowest rank's
                            max_step=max((lines[rk][0][-1] for rk in ranks if lines[rk][0]), default=None))   # the fastest rank's
-        buf = io.BytesIO()
-        with mpl.rc_context({'svg.fonttype': 'none', 'svg.hashsalt': 'ddp_nb'}): FigureCanvasSVG(self.fig).print_svg(buf)
+        out = self.static.replace('</svg>', ''.join(paths) + '</svg>')
         self.cost = time.perf_counter() - t
-        return buf.getvalue(), info
+        return out.encode(), info
+
+def mpl_color(c:str) -> str:
+    "A matplotlib colour ('C0', 'k') as #rrggbb"
+    from matplotlib.colors import to_hex
+    return to_hex(c)
 
 def plot_svg(series:dict, # {(rank, metric): Series} of one run, e.g. `cl.history.of(run)`
              logy:bool|None=None, # as for `Plot`
@@ -556,15 +611,15 @@ def frame(self:Dashboard, snap:Snapshot) -> tuple:
 @patch
 def _draw(self:Dashboard):
     "Redraw the widget from one snapshot of the collector's state"
-    t = time.perf_counter()
+    t = time.thread_time()  # this thread's CPU: what pacing limits (wall time on a busy machine would stall the dashboard)
     snap = self.col.snapshot()
     value, self.shown = self.frame(snap)
     self.w.value = value
     self.drawn_version, self.drawn_signature, self.draws = snap.version, self.shown['signature'], self.draws + 1
     if snap.newest > self.drawn_newest:  # report -> drawn latency, for draws that show new points
         self.latencies.append(time.time() - snap.newest); self.drawn_newest = snap.newest
-    self.costs.append(time.perf_counter() - t)
-    self.cost = sorted(self.costs)[len(self.costs) // 2]  # the median of recent frames: one slow frame does not stall the next
+    self.costs.append(time.thread_time() - t)
+    self.cost = sorted(self.costs)[(len(self.costs) - 1) // 2]  # the (lower) median of recent frames: one slow frame (the first plot) does not stall the next
 
 @patch
 def _signature(self:Dashboard) -> tuple:

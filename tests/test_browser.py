@@ -102,7 +102,7 @@ def _check_frame(s):
     assert steps[0] == steps[1] == steps[2], f"header, table and plot disagree on the step: {steps} in {s}"
     x0, x1, y0, y1, lx, ly = (float(p[k]) for k in ('x0', 'x1', 'y0', 'y1', 'lastX', 'lastY'))
     assert x0 <= lx <= x1 and y0 <= ly <= y1, f"the plot's last point ({lx}, {ly}) is outside its axes {p}"
-    assert x1 <= 1.1 * float(p['maxStep']) + 1.01 + 1e-6, f"the x axis runs far ahead of the data: {p}"
+    assert x1 - x0 <= 1.3 * (float(p['maxStep']) - x0) + 1.01, f"the x axis runs far ahead of the data: {p}"
 
 
 def _shot(page, name):
