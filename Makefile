@@ -7,7 +7,7 @@ TORCH_INDEX ?=
 BIN := $(VENV)/bin
 TORCH_ARGS := $(TORCH) $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 
-.PHONY: demo test install install-dev clean-venv
+.PHONY: demo test install install-dev clean-venv test-gpu gpu-wheels
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -15,7 +15,7 @@ $(BIN)/python:
 
 install: $(BIN)/python
 	$(BIN)/pip install -q $(TORCH_ARGS)
-	$(BIN)/pip install -q -e .
+	$(BIN)/pip install -q -e '.[demo]'
 
 install-dev: $(BIN)/python
 	$(BIN)/pip install -q $(TORCH_ARGS)
@@ -26,6 +26,12 @@ demo: install
 
 test: install-dev
 	PATH="$(CURDIR)/$(BIN):$$PATH" bash tools/test.sh
+
+test-gpu:   # on a GPU machine, with its own python3 (a CUDA build of torch); no venv, no registry needed
+	bash tools/test_gpu.sh
+
+gpu-wheels: # where pip reaches PyPI: the wheels test-gpu installs offline from .whl/
+	bash tools/gpu_wheels.sh
 
 clean-venv:
 	rm -rf $(VENV)

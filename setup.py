@@ -13,31 +13,32 @@ expected = cfg_keys + "lib_name user branch license status min_python audience l
 for o in expected: assert o in cfg, "missing expected setting: {}".format(o)
 setup_cfg = {o:cfg[o] for o in cfg_keys}
 
-licenses = {'apache2': ('Apache Software License 2.0','OSI Approved :: Apache Software License')}
+licenses = {'apache2': 'Apache-2.0'}  # SPDX expressions (license classifiers are deprecated in setuptools)
 statuses = [ '0 - Pre-Planning', '1 - Planning', '2 - Pre-Alpha', '3 - Alpha',
     '4 - Beta', '5 - Production/Stable', '6 - Mature', '7 - Inactive' ]
 py_versions = '3.9 3.10 3.11 3.12 3.13'.split()
 
 requirements = shlex.split(cfg.get('requirements', ''))
 min_python = cfg['min_python']
-lic = licenses.get(cfg['license'].lower(), (cfg['license'], None))
-dev_requirements = shlex.split(cfg.get('dev_requirements') or '')
+lic = licenses.get(cfg['license'].lower(), cfg['license'])
+demo_requirements = shlex.split(cfg.get('demo_requirements') or '')  # the digits demo's data ships inside scikit-learn
+dev_requirements = shlex.split(cfg.get('dev_requirements') or '') + demo_requirements
 bench_requirements = shlex.split(cfg.get('bench_requirements') or '')  # peers the benchmarks compare with, never the package's
 
 setuptools.setup(
     name = cfg['lib_name'],
-    license = lic[0],
+    license = lic,
     classifiers = [
         'Development Status :: ' + statuses[int(cfg['status'])],
         'Intended Audience :: ' + cfg['audience'].title(),
         'Natural Language :: ' + cfg['language'].title(),
         'Operating System :: POSIX :: Linux',
-    ] + ['Programming Language :: Python :: '+o for o in py_versions[py_versions.index(min_python):]] + (['License :: ' + lic[1] ] if lic[1] else []),
+    ] + ['Programming Language :: Python :: '+o for o in py_versions[py_versions.index(min_python):]],
     url = cfg['git_url'],
     packages = setuptools.find_packages(include=['ddp_nb', 'ddp_nb.*']),
     include_package_data = True,
     install_requires = requirements,
-    extras_require={ 'dev': dev_requirements, 'bench': bench_requirements },
+    extras_require={ 'demo': demo_requirements, 'dev': dev_requirements, 'bench': bench_requirements },
     python_requires  = '>=' + cfg['min_python'],
     long_description = open('README.md', encoding="utf8").read(),
     long_description_content_type = 'text/markdown',

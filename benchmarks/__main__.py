@@ -5,7 +5,7 @@
 import argparse, time
 from pathlib import Path
 from benchmarks.common import machine, HERE
-from benchmarks import startup, throughput, cells, iteration, monitor, memory, stopvote
+from benchmarks import startup, throughput, cells, iteration, monitor, memory, stopvote, gpu
 
 
 def main(argv=None):
@@ -22,7 +22,7 @@ def main(argv=None):
              monitor.run(1, 0.3) if f else monitor.run(5, 3),
              memory.run(),
              stopvote.run(1, 0.3, (3,)) if f else stopvote.run(5, 3),
-             "### 7. GPU\n\nNot measured in this run: " + ("this machine has no GPU." if 'GPU: none' in machine() else "see the GPU notes.")]
+             gpu.run(1, 0.3) if f else gpu.run(3, 2)]
     head = (f"Machine: {machine()}  \nCommand: `python -m benchmarks{' --fast' if f else ''}` "
             f"({time.time() - t0:.0f} s, {time.strftime('%Y-%m-%d')}). Only ratios carry across machines and runs.\n\n")
     text = head + '\n\n'.join(parts) + '\n'

@@ -1,6 +1,8 @@
 __version__ = "0.1.0"
 
-__all__ = ['DDPCluster']
+from .report import report  # `from ddp_nb import report` gives the function ranks call (the module stays `ddp_nb.report` in sys.modules)
+
+__all__ = ['DDPCluster', 'report']
 
 def __getattr__(name):
     "Import `DDPCluster` on first use, so engines and torchrun workers that import `ddp_nb.engine` skip ipyparallel's client"

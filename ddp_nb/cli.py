@@ -8,7 +8,36 @@ import argparse, csv, json, os, sys, time
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['write_results', 'demo', 'clusters', 'format_clusters', 'stop_cluster', 'cleanup', 'main']
+__all__ = ['machine_info', 'describe_machine', 'write_results', 'demo', 'clusters', 'format_clusters', 'stop_cluster', 'cleanup',
+           'main']
+
+# %% ../nbs/06_cli.ipynb #f958ce11
+def machine_info(plan:list[dict], # the cluster's rank plan (`engine.engine_info` facts per rank)
+                 backend:str, # the process group's backend
+                ) -> dict: # torch build, backend, world size, hosts and each rank's device
+    "What a run really ran on, so a user sees at once whether the GPU build of torch was installed"
+    from ddp_nb.core import rank_device
+    devs = [rank_device(backend, p['n_gpus'], p['local_rank']) for p in plan]
+    names = [p['gpu_names'][p['local_rank']] if d.startswith('cuda') and p.get('gpu_names') else 'CPU' for p, d in zip(plan, devs)]
+    return dict(torch=plan[0]['torch'], torch_cuda=plan[0].get('torch_cuda'), backend=backend, world_size=len(plan),
+                hosts=len({p['host'] for p in plan}), devices=[f"{d} ({n})" if d != 'cpu' else d for d, n in zip(devs, names)],
+                nvidia_driver_without_cuda_torch=any(p.get('nvidia_driver') and not p.get('torch_cuda') for p in plan))
+
+def describe_machine(m:dict, # from `machine_info`
+                    ) -> str:
+    "`machine_info` in words, with a hint when torch cannot use the GPUs the host has"
+    from collections import Counter
+    build = f"CUDA {m['torch_cuda']} build" if m['torch_cuda'] else "CPU-only build"
+    devs = ', '.join(f"{d} ×{k}" if k > 1 else d for d, k in Counter(m['devices']).items())
+    def n(k, what): return f"{k} {what}{'s' * (k != 1)}"
+    s = (f"torch {m['torch']} ({build}), backend {m['backend']}, {n(m['world_size'], 'rank')} on {n(m['hosts'], 'host')}; "
+         f"devices: {devs}")
+    if m['nvidia_driver_without_cuda_torch']:
+        s += ("\nNote: this host has an NVIDIA driver but torch is a CPU-only build, so the GPUs are not used: install a CUDA "
+              "build (make demo TORCH_INDEX=https://download.pytorch.org/whl/cu128, or pip install torch from PyPI on Linux x86-64).")
+    elif m['torch_cuda'] and all(d == 'cpu' for d in m['devices']):
+        s += "\nNote: a CUDA build of torch, but no GPU is visible (CUDA_VISIBLE_DEVICES? the driver?): training on CPU with gloo."
+    return s
 
 # %% ../nbs/06_cli.ipynb #129a1d1f
 def write_results(out:Path, # folder to write into
@@ -36,11 +65,16 @@ def demo(n:int|None=None, # engines; None for the cluster's default
          log=print, # where progress lines go
         ) -> dict:
     "Start a local cluster, train the digits model with DDP on every rank, write the results"
+    import importlib.util
     from ddp_nb.cluster import DDPCluster, _engine
     if epochs < 1: raise ValueError(f"epochs={epochs}: train at least 1 epoch.")
+    if importlib.util.find_spec('sklearn') is None:
+        raise ImportError("The demo's data (the digits) ships inside scikit-learn, which is not installed: "
+                          "pip install 'ddp_nb[demo]' (or scikit-learn), or run `make demo`.")
     t0 = time.monotonic()
     with DDPCluster(n=n) as cl:
-        log(f"Cluster ready in {cl.start_time:.1f}s:\n{cl!r}")
+        machine = machine_info(cl._plan, cl.backend)
+        log(f"Cluster ready in {cl.start_time:.1f}s:\n{cl!r}\nRunning on: {describe_machine(machine)}")
         cl.run(_engine, 'digits.job_start', lr, batch_size, seed)
         losses = []
         for e in range(epochs):
@@ -52,7 +86,7 @@ def demo(n:int|None=None, # engines; None for the cluster's default
     digests = {r['digest'] for r in ends}
     if len(digests) != 1: raise RuntimeError(f"Ranks ended with different weights: {sorted(digests)}")
     res = dict(final_loss=losses[-1], losses=losses, accuracy=ends[0]['accuracy'], digest=digests.pop(),
-               world_size=ws, backend=backend, epochs=epochs, seconds=round(time.monotonic()-t0, 2))
+               world_size=ws, backend=backend, epochs=epochs, seconds=round(time.monotonic()-t0, 2), machine=machine)
     files = write_results(Path(out), res)
     log(f"final loss {res['final_loss']:.4f}, test accuracy {res['accuracy']:.1%}, identical weights on all {ws} ranks")
     log(f"Results written to {Path(out).resolve()}: " + ', '.join(f.name for f in files))
@@ -159,7 +193,9 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv:list[str]|None=None) -> int:
     "Entry point of the `ddp_nb` command"
     a = _parser().parse_args(argv)
-    if a.cmd == 'demo': demo(n=a.n, epochs=a.epochs, out=a.out)
+    if a.cmd == 'demo':
+        try: demo(n=a.n, epochs=a.epochs, out=a.out)
+        except (ImportError, ValueError, RuntimeError) as e: print(f"ddp_nb demo: {e}", file=sys.stderr); return 1  # says what to do
     elif a.cmd == 'list':
         cs = clusters(a.ipython_dir)
         print(json.dumps(cs, indent=1) if a.json else format_clusters(cs))

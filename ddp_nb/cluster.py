@@ -17,10 +17,19 @@ __all__ = ['Rank', 'ENGINE_MAIN', 'local_gpus', 'local_cpus', 'probe_host', 'clu
            'stack_file']
 
 # %% ../nbs/01_cluster.ipynb #2dcda6e5
+def _nvml_count() -> int:
+    "GPUs NVML sees on this host (0 without the NVIDIA driver)"
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+        try: return pynvml.nvmlDeviceGetCount()
+        finally: pynvml.nvmlShutdown()
+    except Exception: return 0
+
 def local_gpus() -> int:
     "GPUs a fresh process on this host will see, read from the driver without importing torch"
     d = '/proc/driver/nvidia/gpus'
-    n = len(os.listdir(d)) if os.path.isdir(d) else 0
+    n = len(os.listdir(d)) if os.path.isdir(d) else _nvml_count()  # some sandboxes hide /proc/driver while CUDA works
     return visible_gpus(os.environ.get('CUDA_VISIBLE_DEVICES'), n)
 
 def local_cpus() -> int:
@@ -209,6 +218,10 @@ def _gather(ars:dict, # rank -> AsyncResult
 # %% ../nbs/01_cluster.ipynb #bc3e094d
 ENGINE_MAIN = 'from ddp_nb.engine_main import main; main()'
 
+class _AlreadyRemoved(logging.Filter):
+    "Drop ipyparallel's 'Failed to remove <log file>: No such file' at stop (two of its stop paths remove the same file)"
+    def filter(self, rec): return not (rec.getMessage().startswith('Failed to remove') and 'No such file' in rec.getMessage())
+
 @patch
 def _ipp_cluster(self:DDPCluster) -> ipp.Cluster:
     "The ipyparallel Cluster behind this DDPCluster, quiet and quick to register engines"
@@ -231,8 +244,10 @@ def _ipp_cluster(self:DDPCluster) -> ipp.Cluster:
     if self.engines == 'local' and 'engine_cmd' not in cfg.LocalEngineSetLauncher: cfg.LocalEngineSetLauncher.engine_cmd = ENGINE_CMD
     cfg.LocalEngineLauncher.poll_seconds = 1  # how an engine died reaches us within a second (see faults._watch_exits)
     if self.engines != 'local': self._remote_config(cfg)
-    return ipp.Cluster(n=self.n, cluster_id=self.cluster_id, engines=self.engines, controller_args=args,
-                       engine_timeout=int(self.start_timeout), **kw)
+    c = ipp.Cluster(n=self.n, cluster_id=self.cluster_id, engines=self.engines, controller_args=args,
+                    engine_timeout=int(self.start_timeout), **kw)
+    c.log.addFilter(_AlreadyRemoved())
+    return c
 
 @patch
 def _remote_config(self:DDPCluster, cfg):
@@ -283,8 +298,28 @@ def start(self:DDPCluster) -> DDPCluster:
     self._ipp = self._ipp_cluster()
     if not self.persistent:  # a persistent cluster outlives this process
         self._fin = Finalize(self, _stop_ipp, args=(self._ipp, self.cluster_id), exitpriority=10)
-    def connect(): self._rc = self._ipp.start_and_connect_sync()
+    def connect():
+        self._ipp.start_cluster_sync()
+        self._rc = self._ipp.connect_client_sync()
+        self._await_registration(sum(es.n for es in self._ipp.engines.values()))
     return self._bring_up(connect, t0)
+
+@patch
+def _await_registration(self:DDPCluster, n:int, # engines to wait for
+                       ):
+    "Wait until `n` engines registered (failing at once if an engine set stops), with a progress bar in a notebook"
+    fut = self._rc.wait_for_engines(n, timeout=self.start_timeout, block=False, interactive=False)
+    bar = None
+    if _ipython() is not None and not ipp._NONINTERACTIVE:  # engines start in parallel: a count and the time, no per-engine rate
+        from tqdm.auto import tqdm
+        bar = tqdm(total=n, desc='Engines registered', bar_format='{desc}: {n}/{total} {bar} {elapsed}', leave=False)
+    try:
+        while not fut.done():
+            if bar is not None: bar.update(min(n, len(self._rc.ids)) - bar.n)
+            time.sleep(0.05)
+    finally:
+        if bar is not None: bar.close()
+    fut.result()
 
 @patch
 def _bring_up(self:DDPCluster,

@@ -47,7 +47,8 @@ def engine_count(n:int|None, # engines asked for, or None for one per GPU
         raise ValueError(f"n={n!r}: a cluster needs at least 1 engine; pass n>=1, or n=None for one engine per GPU.")
     if backend == 'nccl' and n > n_gpus:
         raise ValueError(f"n={n} engines with backend='nccl' but only {n_gpus} GPU(s) are visible: nccl needs one GPU per rank. "
-                         f"Use n<={n_gpus}, or backend='gloo' to run more ranks than GPUs.")
+                         f"Use n<={n_gpus} (one rank per GPU), or backend='gloo' to run more ranks than GPUs: then the first "
+                         f"{n_gpus} local rank(s) use the GPUs and the others the CPU (fine for learning DDP, slow for training).")
     return n
 
 # %% ../nbs/00_core.ipynb #f87f5b1e

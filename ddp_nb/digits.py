@@ -54,20 +54,23 @@ def make_loader(ds, # the whole dataset: every rank gets its own shard
 def train_epoch(model, # the DDP-wrapped model
                 loader:DataLoader, # this rank's loader
                 opt:torch.optim.Optimizer,
+                total:int|None=None, # steps in the whole run, for the dashboard's progress and ETA
                ) -> float: # mean training loss over all ranks' batches
     "One epoch on this rank's shard, reporting every step to the dashboard; returns the loss averaged across ranks"
     dev = next(model.parameters()).device
     prog = {'epoch': loader.sampler.epoch} if hasattr(loader.sampler, 'epoch') else {}
+    if total is not None: prog['total'] = total
     model.train()
-    tot = torch.zeros(2, device=dev)
+    lsum, n = torch.zeros((), device=dev), 0  # the count stays on the host: no device sync per step
     for x, y in loader:
-        x, y = x.to(dev), y.to(dev)
+        x, y = x.to(dev, non_blocking=True), y.to(dev, non_blocking=True)
         loss = F.cross_entropy(model(x), y)
         opt.zero_grad()
         loss.backward()
         opt.step()
         report(loss=loss.detach(), samples=len(y), **prog)  # no sync here: the tensor is read by the sender thread
-        tot += torch.stack([loss.detach() * len(y), torch.tensor(float(len(y)), device=dev)])
+        lsum += loss.detach() * len(y); n += len(y)
+    tot = torch.stack([lsum, torch.tensor(float(n), device=dev)])
     if dist.is_initialized(): dist.all_reduce(tot)
     return (tot[0] / tot[1]).item()
 

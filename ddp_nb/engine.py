@@ -37,8 +37,11 @@ def _controller_host() -> str|None:
 def engine_info(peer:str|None=None, # where the notebook reaches the controller (used when this is not an engine)
                ) -> dict:
     "Facts about this process: host, pid, visible GPUs, usable cores, versions, interfaces and the address it reaches the controller from"
-    return dict(host=host_name(), hostname=host_name(), host_key=host_identity(), pid=os.getpid(), n_gpus=torch.cuda.device_count(),
-                n_cpus=len(os.sched_getaffinity(0)), python=sys.version.split()[0], torch=torch.__version__,
+    n_gpus = torch.cuda.device_count()
+    return dict(host=host_name(), hostname=host_name(), host_key=host_identity(), pid=os.getpid(), n_gpus=n_gpus,
+                gpu_names=[torch.cuda.get_device_name(i) for i in range(n_gpus)], n_cpus=len(os.sched_getaffinity(0)),
+                python=sys.version.split()[0], torch=torch.__version__, torch_cuda=torch.version.cuda,
+                nvidia_driver=os.path.exists('/proc/driver/nvidia/version'),
                 addrs=local_ipv4(), addr=route_source(_controller_host() or peer))
 
 # %% ../nbs/02_engine.ipynb #db464309

@@ -414,12 +414,13 @@ class CheckpointError(ValueError):
     "A checkpoint that cannot be used here; the message says why and what to do"
 
 def read_checkpoint(path:Union[str, Path], # one checkpoint file
-                    map_location=None, # default: this rank's device
+                    map_location='cpu', # where tensors land first; `load_state_dict` then moves them where the parameters are
                    ) -> dict:
     "Load one checkpoint file with `weights_only=True`, or raise `CheckpointError` saying what is wrong with it"
     path = Path(path)
     if not path.is_file(): raise CheckpointError(f"No checkpoint at {path}.")
-    try: state = torch.load(path, map_location=map_location or rank_info().device, weights_only=True)
+    # on the CPU first: Adam's `step` counters stay on the CPU as torch keeps them (on the GPU they would cost a sync per step)
+    try: state = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as e:
         why = next((l.strip() for l in str(e).splitlines() if 'WeightsUnpickler error' in l), str(e).splitlines()[0][:200])
         raise CheckpointError(f"{path} is unreadable (truncated, corrupt, or holding objects weights_only=True refuses): "

@@ -7,6 +7,10 @@ if 'IPYTHONDIR' not in os.environ or not os.environ['IPYTHONDIR'].startswith(tem
     os.environ['IPYTHONDIR'] = tempfile.mkdtemp(prefix='ddp_nb-pytest-ipython-')  # never the user's profile
 os.environ.setdefault('IPP_NONINTERACTIVE', '1')
 
+
+def pytest_configure(config):
+    config.addinivalue_line('markers', 'gpu: needs a CUDA GPU; skipped without one (`make test-gpu` runs them: tools/test_gpu.sh)')
+
 from ddp_nb.cluster import cluster_procs
 from ddp_nb.cli import cleanup
 

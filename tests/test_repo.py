@@ -1,0 +1,55 @@
+"""The repository keeps its promises to a newcomer: CI runs the README's commands, error messages name extras and
+make targets that exist, and every notebook opens in Jupyter without a kernel dialog."""
+import configparser, json, re, shlex
+from pathlib import Path
+from conftest import ROOT
+
+
+def readme_commands() -> list[str]:
+    "The commands of the README's set-up block, comments dropped"
+    text = (ROOT / 'README.md').read_text()
+    block = re.search(r"## Set up[^\n]*\n+```sh\n(.*?)```", text, re.S)
+    assert block, "README.md has no '## Set up' section with a ```sh block"
+    return [l.split('#')[0].strip() for l in block.group(1).splitlines() if l.split('#')[0].strip()]
+
+
+def ci_commands() -> list[str]:
+    "The commands .ci/run types, from its README_COMMANDS array"
+    m = re.search(r"^README_COMMANDS=\((.*)\)$", (ROOT / '.ci' / 'run').read_text(), re.M)
+    assert m, ".ci/run defines no README_COMMANDS=(...)"
+    return shlex.split(m.group(1))
+
+
+def test_ci_types_the_readme_commands():
+    assert readme_commands() == ['make demo', 'make test']
+    assert ci_commands() == readme_commands(), f"CI runs {ci_commands()}, the README shows {readme_commands()}"
+    run = (ROOT / '.ci' / 'run').read_text()
+    assert 'rm -rf .venv' in run.split('for cmd in')[1], "each README command must start from a fresh venv"
+
+
+def extras() -> set[str]:
+    "The extras setup.py declares"
+    return set(re.findall(r"'(\w+)':\s*\w+_requirements", (ROOT / 'setup.py').read_text()))
+
+
+def make_targets() -> set[str]:
+    return set(re.findall(r"^([\w-]+):", (ROOT / 'Makefile').read_text(), re.M))
+
+
+def test_messages_name_only_extras_and_targets_that_exist():
+    texts = {p: p.read_text() for p in [*(ROOT / 'ddp_nb').glob('*.py'), ROOT / 'README.md', ROOT / 'Makefile']}
+    named_extras = {(p.name, e) for p, t in texts.items() for e in re.findall(r"ddp_nb\[(\w+)\]", t)}
+    named_targets = {(p.name, t_) for p, t in texts.items() for t_ in re.findall(r"`make ([\w-]+)", t)}
+    assert named_extras, "expected the messages to name at least the demo extra"
+    assert {e for _, e in named_extras} <= extras(), f"named but not declared in setup.py: {named_extras - {(p, e) for p, e in named_extras if e in extras()}}"
+    assert {t for _, t in named_targets} <= make_targets(), f"named but not in the Makefile: {named_targets}"
+    cfg = configparser.ConfigParser(); cfg.read(ROOT / 'settings.ini')
+    assert 'scikit-learn' in cfg['DEFAULT']['demo_requirements']
+    assert 'nvidia-ml-py' in cfg['DEFAULT']['requirements'].split()
+    assert "'.[demo]'" in (ROOT / 'Makefile').read_text(), "make demo must install the demo extra"
+
+
+def test_every_notebook_has_a_python3_kernelspec():
+    for p in sorted((ROOT / 'nbs').glob('*.ipynb')):
+        ks = json.loads(p.read_text())['metadata'].get('kernelspec', {})
+        assert ks.get('name') == 'python3', f"{p.name} has no python3 kernelspec: JupyterLab would ask for a kernel"
