@@ -507,7 +507,7 @@ def head_line(snap:Snapshot) -> str:
     parts = [f"run {p['run']}", f"step {p['step']}{tot}{pct}"]
     if p['epoch'] is not None: parts.append(f"epoch {p['epoch']:g}")
     if p['rate']: parts.append(f"{p['rate']:.1f} steps/s" + (f" · {p['samples_per_s']:,.0f} samples/s" if p['samples_per_s'] else ''))
-    if p['eta'] is not None and not snap.stopped: parts.append(f"ETA {_fmt_time(p['eta'])}")
+    if p['eta'] is not None and not snap.stopped and not (p['total'] and p['step'] + 1 >= p['total']): parts.append(f"ETA {_fmt_time(p['eta'])}")
     parts.append(f"elapsed {_fmt_time(p['elapsed'])}")
     for k in sorted({k for s in cur for k in s.latest}, key=lambda n: (n != 'loss', n))[:3]:
         vs = [s.latest[k] for s in cur if k in s.latest and math.isfinite(s.latest[k])]
@@ -590,6 +590,10 @@ def _attrs(d:dict) -> str:
     f = lambda v: '' if v is None else f"{v:.6g}" if isinstance(v, float) else str(v).lower() if isinstance(v, bool) else str(v)
     return ' '.join(f"data-{k.replace('_', '-')}='{f(v)}'" for k, v in d.items())
 
+def _wrap_parts(line:str) -> str:
+    "The header's ' | '-separated parts as HTML that wraps between parts, never inside one"
+    return ' | '.join(f"<span style='white-space:nowrap'>{html.escape(p)}</span>" for p in line.split(' | '))
+
 @patch
 def frame(self:Dashboard, snap:Snapshot) -> tuple:
     "(HTML of the whole dashboard, what it shows) from one snapshot: header, warnings, plot and table agree"
@@ -597,7 +601,7 @@ def frame(self:Dashboard, snap:Snapshot) -> tuple:
     p, flags = progress(snap.current()), warning_lines(snap)
     warn = ''.join(f"<div class='ddp-nb-warn' style='color:#cf222e'>⚠ {html.escape(f)}</div>" for f in flags)
     head = (f"<div class='ddp-nb-header' data-step='{'' if not p else p['step']}' data-run='{snap.run}' "
-            f"style='font-family:monospace;font-size:12px;white-space:pre-wrap'>{html.escape(head_line(snap))}</div>")
+            f"style='font-family:monospace;font-size:12px'>{_wrap_parts(head_line(snap))}</div>")
     img, panels = '', {}
     if snap.series:  # no plot before the first report: the header alone says what we wait for
         svg, panels = self.plot.svg(snap.series)
