@@ -4,22 +4,25 @@
 
 # %% ../nbs/04_dashboard.ipynb #49f8de92
 from __future__ import annotations
-import csv, io, math, os, sys, threading, time
+import base64, copy, csv, html, io, math, os, sys, threading, time
 from collections import deque
 from .core import host_identity, patch, pid_alive
 
 # %% auto #0
-__all__ = ['STATUS_COLORS', 'Series', 'History', 'RankState', 'Collector', 'progress', 'rank_status', 'mean_line', 'nice_limit',
-           'Plot', 'plot_png', 'Dashboard']
+__all__ = ['IDLE_GAP', 'STATUS_COLORS', 'Series', 'History', 'RankState', 'Snapshot', 'Collector', 'progress', 'rank_status',
+           'mean_line', 'auto_logy', 'plot_limits', 'limits_hold', 'plot_data', 'Plot', 'mpl_color', 'plot_svg',
+           'Dashboard', 'head_line', 'warning_lines', 'rank_table']
 
 # %% ../nbs/04_dashboard.ipynb #c3589616
 class Series:
-    "A metric's (step, time, value) points, decimated by step so at most `cap` are kept"
-    def __init__(self, cap:int=2048):
+    "A metric's (step, time, value) points, decimated by step so at most `cap` are kept, plus the newest `tail` points"
+    def __init__(self, cap:int=2048, tail:int=64):
         self.cap, self.stride, self.steps, self.ts, self.vals = cap, 1, [], [], []
         self.last, self.first = None, None  # the newest point, kept whatever the stride; the step strides count from
+        self.tail = deque(maxlen=tail)  # the newest (step, value)s whatever the stride: where lines end, and ranks meet
     def add(self, step:int, t:float, v:float):
         self.last = (step, t, v)
+        self.tail.append((step, v))
         if self.first is None: self.first = step
         if (step - self.first) % self.stride: return
         self.steps.append(step); self.ts.append(t); self.vals.append(v)
@@ -27,12 +30,17 @@ class Series:
             self.stride *= 2
             keep = [i for i, s in enumerate(self.steps) if (s - self.first) % self.stride == 0]
             self.steps, self.ts, self.vals = [self.steps[i] for i in keep], [self.ts[i] for i in keep], [self.vals[i] for i in keep]
+    def points(self) -> tuple:
+        "(steps, values) to draw: the kept points, then the newest ones after them, so a line ends at the last report"
+        end = self.steps[-1] if self.steps else -math.inf
+        extra = [(s, v) for s, v in self.tail if s > end]
+        return self.steps + [s for s, _ in extra], self.vals + [v for _, v in extra]
 
 # %% ../nbs/04_dashboard.ipynb #c31c5e4a
 def _copy(s:Series) -> Series:
     "A snapshot of a series that the collector thread will not change"
-    c = Series(s.cap)
-    c.stride, c.first, c.last, c.steps, c.ts, c.vals = s.stride, s.first, s.last, list(s.steps), list(s.ts), list(s.vals)
+    c = Series(s.cap, s.tail.maxlen)
+    c.stride, c.first, c.last, c.steps, c.ts, c.vals, c.tail = s.stride, s.first, s.last, list(s.steps), list(s.ts), list(s.vals), deque(s.tail, s.tail.maxlen)
     return c
 
 class History:
@@ -79,13 +87,37 @@ class History:
         with self.lock: return sum(len(s.steps) for s in self.series.values())
 
 # %% ../nbs/04_dashboard.ipynb #4ec8a2a4
+IDLE_GAP = 2.0  # seconds without points, outside a cell, after which a rank's steps/s starts afresh
+
 class RankState:
     "What the notebook knows of one rank: identity, liveness, progress, load and flagged values"
     def __init__(self, rank):
         self.rank, self.pid, self.host, self.seen, self.busy, self.load, self.run = rank, None, None, 0., False, {}, 0
         self.step, self.latest, self.progress, self.start, self.error, self.stop_eta = None, {}, {}, None, None, None
-        self.rate = deque(maxlen=64)  # (time, step) for steps/s
+        self.rate = deque(maxlen=64)  # (time, step) for steps/s, since the last idle gap
         self.flags = deque(maxlen=20)
+        self.active, self.first_step, self.last_t, self.was_active, self.gap = 0., None, None, False, False  # active time of the run
+        self.replaced, self.fresh = None, False  # the pid of the engine this one replaced; True until the new engine reports a point
+
+def _replacement(old:RankState) -> RankState:
+    "The state of a new engine in `old`'s rank (cl.restart): none of the old numbers; its first point starts a new run"
+    rs = RankState(old.rank)
+    rs.run, rs.replaced, rs.fresh = old.run, old.pid, True
+    return rs
+
+def _copy_state(s:RankState) -> RankState:
+    "A copy of a rank's state that the collector thread will not change"
+    c = copy.copy(s)
+    c.rate, c.flags, c.latest, c.progress, c.load = deque(s.rate), deque(s.flags), dict(s.latest), dict(s.progress), dict(s.load)
+    return c
+
+class Snapshot:
+    "The collector's state at one moment — header, plot and table are all drawn from one of these, so they agree"
+    def __init__(self, t:float, version:int, newest:float, ranks:dict, run:int, series:dict, stopped:bool):
+        self.t, self.version, self.newest, self.ranks, self.run, self.series, self.stopped = t, version, newest, ranks, run, series, stopped
+    def current(self) -> list:
+        "States of the ranks that reported a step in the current run, by rank"
+        return [s for _, s in sorted(self.ranks.items()) if s.run == self.run and s.step is not None]
 
 class Collector:
     "Receives the engines' report batches in a daemon thread, keeps the history and tells listeners"
@@ -100,7 +132,8 @@ class Collector:
         self.sock.setsockopt(zmq.LINGER, 0)
         self.addr = f"tcp://{host}:{self.sock.bind_to_random_port(f'tcp://{host}')}"
         self.history, self.ranks, self.listeners, self.tick = History(cap), {}, [], tick
-        self.version, self.received, self.newest_t, self.lock, self.errors = 0, 0, 0., threading.RLock(), set()
+        self.finals = []  # called once by close(), after the thread ended: the dashboards' last frames
+        self.version, self.received, self.newest_t, self.lock, self.errors, self.stopped = 0, 0, 0., threading.RLock(), set(), False
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True, name='ddp_nb-collector')
         self._thread.start()
@@ -115,17 +148,22 @@ def _ingest(self:Collector, msg:dict):
 def _fold(self:Collector, msg:dict):
     "`_ingest` without the lock"
     rs = self.ranks.setdefault(msg['rank'], RankState(msg['rank']))
+    if rs.pid is not None and msg['pid'] != rs.pid: rs = self.ranks[msg['rank']] = _replacement(rs)  # cl.restart gave the rank a new engine
     rs.pid, rs.host, rs.seen, rs.busy = msg['pid'], msg['host'], time.time(), msg['busy']
     rs.stop_eta = msg.get('stop_eta')  # inside a cooperative stop region: how long a stop would take
     if 'load' in msg: rs.load = msg['load']
     rs.error = msg.get('error')
     for step, k, why in msg.get('flags', []): rs.flags.append((step, k, why))
+    t_msg, act = msg.get('t', time.time()), bool(msg.get('cell')) or bool(msg['pts'])  # active: a cell runs, or points came
+    if rs.start is not None and rs.was_active and act and rs.last_t is not None: rs.active += max(0., t_msg - rs.last_t)
+    rs.was_active, rs.last_t, rs.gap = act, t_msg, rs.gap or not act
     for t, step, vals in msg['pts']:
-        if rs.step is not None and step < rs.step:  # the step went back: a new run (equal: more metrics, same step)
-            rs.run, rs.progress, rs.start = rs.run + 1, {}, None
+        if rs.fresh or (rs.step is not None and step < rs.step):  # the step went back (equal: more metrics, same step), or a new engine
+            rs.run, rs.progress, rs.start, rs.latest, rs.active, rs.fresh = rs.run + 1, {}, None, {}, 0., False
             rs.rate.clear()
-        if rs.rate and t - rs.rate[-1][0] > 10: rs.rate.clear()  # a pause between cells: rate from the new points
-        if rs.start is None: rs.start = t
+        if rs.gap and rs.rate and t - rs.rate[-1][0] > IDLE_GAP: rs.rate.clear()  # a pause between cells: rate from the new points
+        rs.gap = False
+        if rs.start is None: rs.start, rs.first_step = t, step
         rs.step = step
         rs.rate.append((t, step))
         self.newest_t = max(self.newest_t, t)
@@ -137,6 +175,16 @@ def _fold(self:Collector, msg:dict):
                 self.history.add(rs.run, rs.rank, step, t, k, v)
     self.received += len(msg['pts'])
     if msg['pts'] or msg.get('flags'): self.version += 1  # heartbeats alone are no news
+
+@patch
+def snapshot(self:Collector,
+             series:bool=True, # copy the current run's series too (the plot needs them; status checks do not)
+            ) -> Snapshot:
+    "A consistent copy of every rank's state and the current run's series, taken under the lock"
+    with self.lock:
+        ranks = {r: _copy_state(s) for r, s in self.ranks.items()}
+        run = max((s.run for s in ranks.values() if s.step is not None), default=0)
+        return Snapshot(time.time(), self.version, self.newest_t, ranks, run, self.history.of(run) if series else {}, self.stopped)
 
 @patch
 def _loop(self:Collector):
@@ -155,32 +203,39 @@ def _loop(self:Collector):
         except Exception as e: print(f"ddp_nb collector: dropped a bad batch: {e!r}", file=sys.stderr)
         if time.monotonic() - last >= self.tick:
             last = time.monotonic()
-            for f in list(self.listeners):
-                try: f()
-                except Exception as e:
-                    if repr(e) not in self.errors: self.errors.add(repr(e)); print(f"ddp_nb dashboard: {e!r}", file=sys.stderr)
+            for f in list(self.listeners): self._call(f)
     self.sock.close(); self.ctx.term()  # this thread owns the socket: it closes it
 
 @patch
+def _call(self:Collector, f):
+    "Call a listener; print each distinct error once"
+    try: f()
+    except Exception as e:
+        if repr(e) not in self.errors: self.errors.add(repr(e)); print(f"ddp_nb dashboard: {e!r}", file=sys.stderr)
+
+@patch
 def close(self:Collector):
-    "Stop the thread, which closes the socket"
+    "Stop the thread (which closes the socket), mark every rank stopped, and let each dashboard draw its last frame"
     self._stop.set(); self._thread.join(5)
+    with self.lock: self.stopped, self.version = True, self.version + 1
+    for f in list(self.finals): self._call(f)
+    self.finals.clear()
 
 # %% ../nbs/04_dashboard.ipynb #6bacaede
-def progress(states:list[RankState], now:float) -> dict:
-    "Step, total, epoch, steps/s, samples/s, ETA and elapsed of the current run, from the ranks' states"
-    run = max((s.run for s in states), default=0)
-    cur = [s for s in states if s.run == run and s.step is not None]
+def progress(cur:list[RankState], # the current run's ranks (`Snapshot.current()`)
+            ) -> dict:
+    "Step, total, epoch, steps/s, samples/s, ETA and elapsed of the current run; elapsed and rates count active time only"
     if not cur: return {}
     step = min(s.step for s in cur)  # the slowest rank sets the pace
-    p = dict(run=run, step=step, total=int(max((s.progress.get('total', 0) for s in cur), default=0)) or None,
+    p = dict(run=cur[0].run, step=step, total=int(max((s.progress.get('total', 0) for s in cur), default=0)) or None,
              epoch=max((s.progress.get('epoch', -1) for s in cur), default=-1), rate=None, samples_per_s=None, eta=None)
     if p['epoch'] < 0: p['epoch'] = None
+    p['elapsed'] = max(s.active for s in cur)  # time cells ran since the run's first point, not the idle time between them
     r0 = max(cur, key=lambda s: len(s.rate))
     (t0, s0), (t1, s1) = r0.rate[0], r0.rate[-1]
-    p['elapsed'] = now - min(s.start for s in cur if s.start is not None)
-    if t1 > t0 and s1 > s0:
-        p['rate'] = (s1 - s0) / (t1 - t0)
+    if t1 > t0 and s1 > s0: p['rate'] = (s1 - s0) / (t1 - t0)  # the recent window, since the last idle gap
+    elif p['elapsed'] > 0 and step > r0.first_step: p['rate'] = (step - r0.first_step) / p['elapsed']
+    if p['rate']:
         spl = sum(s.progress.get('samples', 0) for s in cur)
         p['samples_per_s'] = p['rate'] * spl if spl else None
         if p['total']: p['eta'] = max(0., (p['total'] - 1 - step) / p['rate'])
@@ -195,122 +250,199 @@ def _fmt_load(load:dict) -> str:
     "GPU utilisation and memory when sampled, else CPU % and RSS, labelled"
     if not load: return '—'
     if 'gpu' in load: return f"GPU {load['gpu']:.0f}% · {load['gpu_mem']/2**30:.1f}/{load['gpu_total']/2**30:.0f} GB"
-    return f"CPU {load['cpu']:.0f}% · RSS {load['rss']/2**20:.0f} MB"
+    return f"CPU {load['cpu']:.0f}% · RSS {load['rss']/2**20:.0f} MB" + (' · no GPU load' if load.get('gpu_note') else '')
 
 # %% ../nbs/04_dashboard.ipynb #ced22a2f
-STATUS_COLORS = dict(running='#1a7f37', idle='#57606a', error='#cf222e', dead='#cf222e', silent='#9a6700', waiting='#57606a')
+STATUS_COLORS = dict(running='#1a7f37', idle='#57606a', error='#cf222e', dead='#cf222e', silent='#9a6700', waiting='#57606a',
+                     replaced='#8250df', stopped='#57606a')
 
 def rank_status(s:RankState|None, # what the reports said, None if the rank never reported
                 task:str|None, # what the cluster knows: 'running', 'idle', 'error', 'dead' or None
                 now:float, # time.time()
                 local_host:str, # this host's identity (`core.host_identity`), to check pids of local ranks
+                stopped:bool=False, # the cluster was stopped (`cl.stop()`)
                ) -> str:
-    "running, idle, error, dead, silent (no heartbeat for 3 s) or waiting (no report yet)"
+    "running, idle, error, dead, silent (no heartbeat for 3 s), waiting (no report yet), replaced (a new engine, idle, no report yet) or stopped"
+    if stopped: return 'stopped'
     if task == 'dead': return 'dead'
     if s is not None and s.host == local_host and s.pid and not pid_alive(s.pid): return 'dead'
     if task == 'error' or (s is not None and s.error): return 'error'
     if s is not None and now - s.seen > 3: return 'silent'
     if task == 'running' or (s is not None and s.busy): return 'running'
+    if s is not None and s.fresh: return 'replaced'
     return 'idle' if s is not None or task == 'idle' else 'waiting'
 
 # %% ../nbs/04_dashboard.ipynb #3c15d6af
-def _thin(xs:list, ys:list, n:int=400) -> tuple:
+def _thin(xs:list, ys:list, n:int=600) -> tuple:
     "At most about `n` evenly spaced points of a line, always keeping the last"
     k = max(1, len(xs) // n)
     return (xs[::k] + xs[-1:], ys[::k] + ys[-1:]) if k > 1 else (xs, ys)
 
-def mean_line(per:dict) -> tuple:
-    "Steps every series has, and the mean of the series there"
+def mean_line(per:dict, # {rank: (steps, values)}
+             ) -> tuple:
+    "Steps every line has, and the mean of the lines there"
     if not per: return [], []
-    ss = list(per.values())
-    n = min(len(s.steps) for s in ss)
-    if n and all(s.steps[:n] == ss[0].steps[:n] for s in ss):
-        # the usual case: every rank kept the same steps, some ranks a few further along
-        return ss[0].steps[:n], [sum(v) / len(ss) for v in zip(*(s.vals[:n] for s in ss))]
-    maps = [dict(zip(s.steps, s.vals)) for s in per.values()]
+    maps = [dict(zip(xs, ys)) for xs, ys in per.values()]
     xs = sorted(set(maps[0]).intersection(*maps[1:]))
     return xs, [sum(m[x] for m in maps) / len(maps) for x in xs]
 
-def nice_limit(x:float) -> float:
-    "A round number at least `x` (1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6 or 8 times a power of ten)"
-    if x <= 0: return 1.
-    p = 10 ** math.floor(math.log10(x))
-    return next(round(m * p, 12) for m in (1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10) if m * p >= x * (1 - 1e-12))
+def auto_logy(ys:list) -> bool:
+    "Whether values read best on a log axis: all positive, spanning two decades or more"
+    ys = [y for y in ys if math.isfinite(y)]
+    return bool(ys) and min(ys) > 0 and max(ys) >= 100 * min(ys)
+
+def plot_limits(xs:list, ys:list, logy:bool=False) -> tuple:
+    "(x0, x1, y0, y1) holding every point: x from the first step to ~1.15x the last, y padded 10% (of the decades, on a log axis)"
+    x0, x1 = (min(xs), max(xs)) if xs else (0, 1)
+    ys = [y for y in ys if math.isfinite(y) and (y > 0 or not logy)]
+    if not ys: return x0, x0 + 1, (0.1 if logy else 0.), (10. if logy else 1.)
+    lo, hi = min(ys), max(ys)
+    if logy: r = (hi / lo) ** 0.1 if hi > lo else 1.5; y0, y1 = lo / r, hi * r
+    else: pad = (hi - lo) * 0.1 or abs(hi) * 0.1 or 1.; y0, y1 = lo - pad, hi + pad
+    return x0, max(x0 + (x1 - x0) * 1.15, x1 + 1), y0, y1
+
+def limits_hold(lim:tuple, xs:list, ys:list, logy:bool=False) -> bool:
+    "Whether limits (x0, x1, y0, y1) still suit the data: every point inside, x at most ~1.3x ahead, the data over half the y axis"
+    x0, x1, y0, y1 = lim
+    ys = [y for y in ys if math.isfinite(y) and (y > 0 or not logy)]
+    if not xs or not ys: return True
+    lo, hi, a, b = min(ys), max(ys), min(xs), max(xs)
+    if a < x0 or b > x1 or lo < y0 or hi > y1 or x1 - x0 > 1.3 * (b - x0) + 1: return False
+    f = math.log10 if logy else float
+    return hi == lo or f(hi) - f(lo) >= 0.5 * (f(y1) - f(y0))
+
+def plot_data(series:dict, # {(rank, metric): Series} of one run
+             ) -> dict:
+    "{metric: {rank: (steps, values), 'mean': ...}}, loss first, at most 4 metrics; lines end at each rank's last report"
+    names = sorted({n for _, n in series}, key=lambda n: (n != 'loss', n))[:4]
+    out = {}
+    for n in names:
+        per = {rk: s.points() for (rk, nm), s in sorted(series.items()) if nm == n}
+        out[n] = {rk: _thin(*xy) for rk, xy in per.items()}
+        if len(per) > 1: out[n]['mean'] = _thin(*mean_line(per))
+    return out
+
+# %% ../nbs/04_dashboard.ipynb #83528798
+def _plain(y, _pos=None) -> str:
+    "A log axis' tick label as a plain number (matplotlib's 10^x labels go through mathtext: slow)"
+    return f"{y:g}"
+
+def _path(xs:list, ys:list, box:tuple, lim:tuple, logy:bool) -> str:
+    "SVG path data of a line in an axes at `box` (left, top, width, height in pt) with limits `lim`; gaps at non-finite values"
+    (l, t, w, h), (x0, x1, y0, y1) = box, lim
+    f = math.log10 if logy else float
+    fy0, fy1 = f(y0), f(y1)
+    out, pen = [], 'M'
+    for x, y in zip(xs, ys):
+        if not math.isfinite(y) or (logy and y <= 0): pen = 'M'; continue
+        out.append(f"{pen}{l + (x - x0) / (x1 - x0) * w:.1f} {t + h - (f(y) - fy0) / (fy1 - fy0) * h:.1f}"); pen = 'L'
+    return ''.join(out)
 
 class Plot:
-    "A matplotlib figure kept between redraws; axes are redrawn only when their limits change, lines are blitted"
-    def __init__(self, width:float=7.5, dpi:int=80):
+    "A run's metrics as SVG — crisp at whatever size the browser shows it. Axes come from matplotlib, only when limits move; lines are drawn here every frame"
+    def __init__(self,
+                 width:float=9., # inches (72 pt each) of the SVG; the browser scales it to the output's width
+                 logy:bool|None=None, # log y axes; None: each panel whose values are positive and span two decades or more
+                ):
+        self.width, self.logy, self.cost, self.key, self.fig, self.lines, self.lims, self.static = width, logy, 0., None, None, {}, {}, None
+        self.renders = 0  # how often matplotlib drew the axes
+
+    def warm(self):
+        "Import matplotlib and load its fonts now (a second or two on a busy machine), not when the first points arrive"
+        try:
+            from matplotlib.figure import Figure
+            from matplotlib.backends.backend_svg import FigureCanvasSVG
+            fig = Figure(figsize=(1, 1)); fig.add_subplot().set_xlabel('step')
+            FigureCanvasSVG(fig).print_svg(io.BytesIO())
+        except Exception: pass  # the first real frame will say what is wrong
+
+    def _layout(self, data:dict, logs:list):
+        "A figure with a panel per metric; the legend above the panels, where no line can cover it"
         from matplotlib.figure import Figure
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        self.fig = Figure(figsize=(width, 2.6), dpi=dpi)
-        self.canvas, self.key, self.lines, self.lims, self.bg = FigureCanvasAgg(self.fig), None, {}, {}, None
-        self.last_full, self.full_cost = 0., 0.
+        from matplotlib.ticker import FuncFormatter, MaxNLocator, NullLocator
+        rows, cols = (1 if len(data) <= 2 else 2), min(2, len(data)) or 1
+        self.fig, self.lines, self.lims, self.static = Figure(figsize=(self.width, 3.3 * rows), dpi=72), {}, {}, None
+        handles = []
+        for i, ((n, lines), log) in enumerate(zip(data.items(), logs)):
+            ax = self.fig.add_subplot(rows, cols, i + 1)
+            ranks = [k for k in lines if k != 'mean']
+            for j, rk in enumerate(ranks):
+                self.lines[n, rk] = dict(color=f'C{j % 10}', lw=1.0, alpha=0.7 if 'mean' in lines else 1., ax=ax, label=f'rank {rk}')
+            if 'mean' in lines: self.lines[n, 'mean'] = dict(color='k', lw=1.8, alpha=1., ax=ax, label='mean')
+            if i == 0: handles = [ax.plot([], [], color=d['color'], lw=d['lw'], alpha=d['alpha'], label=d['label'])[0]
+                                  for (m, _), d in self.lines.items() if m == n]
+            if log:
+                ax.set_yscale('log')
+                ax.yaxis.set_major_formatter(FuncFormatter(_plain)); ax.yaxis.set_minor_locator(NullLocator())
+            ax.xaxis.set_major_locator(MaxNLocator(8, integer=True))
+            ax.set_xlabel('step', fontsize=10); ax.set_ylabel(n + (' (log scale)' if log else ''), fontsize=10)
+            ax.tick_params(labelsize=9); ax.grid(alpha=0.25)
+        if 0 < len(handles) <= 9:
+            self.fig.legend(handles=handles, loc='upper right', bbox_to_anchor=(0.985, 1.0), ncol=len(handles), fontsize=9,
+                            frameon=False, handlelength=1.8)
+        top = 1 - 0.3 / (3.3 * rows)  # room for the legend
+        self.fig.subplots_adjust(left=0.08 if cols == 1 else 0.07, right=0.985, bottom=0.15 if rows == 1 else 0.08,
+                                 top=top - 0.02, wspace=0.22, hspace=0.35)
 
-    def _layout(self, names:list, ranks:list):
-        "Make the panels and (animated) lines for these metrics and ranks"
-        from matplotlib.ticker import MaxNLocator
-        self.fig.clear()
-        self.fig.set_size_inches(self.fig.get_size_inches()[0], 2.6 if len(names) <= 2 else 4.6)
-        cols = min(2, len(names)) or 1
-        self.key, self.lines, self.lims, self.bg = (names, ranks), {}, {}, None
-        for i, n in enumerate(names):
-            ax = self.fig.add_subplot((len(names) + cols - 1) // cols, cols, i + 1)
-            for rk in ranks: self.lines[n, rk], = ax.plot([], [], lw=0.8, alpha=0.6, label=f'rank {rk}', animated=True)
-            if len(ranks) > 1: self.lines[n, 'mean'], = ax.plot([], [], 'k-', lw=1.6, label='mean', animated=True)
-            ax.set_title(n, fontsize=9); ax.tick_params(labelsize=7); ax.set_xlabel('step', fontsize=7)
-            ax.xaxis.set_major_locator(MaxNLocator(5)); ax.yaxis.set_major_locator(MaxNLocator(4))
-            if i == 0 and len(ranks) <= 8: ax.legend(fontsize=6, loc='upper right')
-        if not names: self.fig.text(0.5, 0.5, 'waiting for report(...) from the ranks', ha='center', va='center')
-        self.fig.subplots_adjust(left=0.08, right=0.98, bottom=0.17 if len(names) <= 2 else 0.1, top=0.9, wspace=0.2, hspace=0.45)
-
-    def _limits(self, n:str, xs:list, ys:list) -> bool:
-        "Widen (or, for a new run, reset) panel `n`'s limits to fit the data; True if they changed"
-        ys = [y for y in ys if math.isfinite(y)]
-        if not xs or not ys: return False
-        x1, lo, hi = max(xs), min(ys), max(ys)
-        old = self.lims.get(n)
-        if old and x1 <= old[0] and old[1] <= lo and hi <= old[2] and x1 > old[0] / 8: return False
-        pad = (hi - lo) * 0.1 or abs(hi) * 0.1 or 1.
-        ylo = lo - pad if not old or lo < old[1] else old[1]
-        yhi = hi + pad if not old or hi > old[2] else old[2]
-        self.lims[n] = (nice_limit(x1 * 1.5), ylo, yhi)
-        ax = self.lines[n, self.key[1][0]].axes
-        ax.set_xlim(0, self.lims[n][0]); ax.set_ylim(ylo, yhi)
-        return True
-
-    def _may_redraw_axes(self) -> bool:
-        "Redraw axes at most every 3 s, and never more than 2% of a core"
-        return time.monotonic() - self.last_full >= max(3.0, 50 * self.full_cost)
-
-    def png(self, hist:History, run:int) -> bytes:
-        "PNG of the run's metrics"
-        from PIL import Image
-        series = hist.of(run)
-        names = sorted({n for _, n in series}, key=lambda n: (n != 'loss', n))[:4]
-        ranks = sorted({rk for rk, _ in series})
-        if (names, ranks) != self.key: self._layout(names, ranks)
-        changed, data = self.bg is None, []
-        for n in names:
-            per = {rk: s for (rk, nm), s in series.items() if nm == n}
-            for rk, s in per.items(): data.append((self.lines[n, rk], _thin(s.steps, s.vals)))
-            if (n, 'mean') in self.lines: data.append((self.lines[n, 'mean'], _thin(*mean_line(per))))
-            xs = [x for line, (lx, _) in data[-len(per) - ((n, 'mean') in self.lines):] for x in lx]
-            ys = [y for line, (_, ly) in data[-len(per) - ((n, 'mean') in self.lines):] for y in ly]
-            if self.bg is None or self._may_redraw_axes(): changed |= self._limits(n, xs, ys)
-        if changed:  # axes, ticks, labels: the expensive part, only when limits move (lines are clipped meanwhile)
-            t = time.process_time()
-            self.canvas.draw(); self.bg = self.canvas.copy_from_bbox(self.fig.bbox)
-            self.last_full, self.full_cost = time.monotonic(), time.process_time() - t
-        else: self.canvas.restore_region(self.bg)
-        for line, (xs, ys) in data:
-            line.set_data(xs, ys); line.axes.draw_artist(line)
+    def _render(self):
+        "The axes, ticks, labels and legend as SVG text, with the box of each panel in pt"
+        import matplotlib as mpl
+        from matplotlib.backends.backend_svg import FigureCanvasSVG
+        for (n, _), d in self.lines.items(): d['ax'].set_xlim(*self.lims[n][:2]); d['ax'].set_ylim(*self.lims[n][2:])
         buf = io.BytesIO()
-        Image.frombuffer('RGBA', self.canvas.get_width_height(), self.canvas.buffer_rgba(), 'raw', 'RGBA', 0, 1).save(buf, 'png', compress_level=1)
-        return buf.getvalue()
+        with mpl.rc_context({'svg.fonttype': 'none', 'svg.hashsalt': 'ddp_nb'}): FigureCanvasSVG(self.fig).print_svg(buf)
+        W, H = self.fig.bbox.width, self.fig.bbox.height  # pt: dpi is 72
+        self.boxes = {}
+        for (n, _), d in self.lines.items():
+            p = d['ax'].get_position()
+            self.boxes[n] = (p.x0 * W, (1 - p.y1) * H, p.width * W, p.height * H)
+        self.static, self.renders = buf.getvalue().decode(), self.renders + 1
 
-def plot_png(hist:History, run:int) -> bytes:
-    "PNG of the run's metrics, drawn once"
-    return Plot().png(hist, run)
+    def svg(self, series:dict) -> tuple:
+        "(SVG bytes, {metric: dict(x0, x1, y0, y1, logy, last_x, last_y, last_step, max_step)}) of a run's `series`"
+        t = time.perf_counter()
+        data, info = plot_data(series), {}
+        ys = {n: [y for k in lines for y in lines[k][1]] for n, lines in data.items()}
+        xs = {n: [x for k in lines for x in lines[k][0]] for n, lines in data.items()}
+        logs = [auto_logy(ys[n]) if self.logy is None else bool(self.logy and any(y > 0 for y in ys[n] if math.isfinite(y))) for n in data]
+        key = ([(n, tuple(lines)) for n, lines in data.items()], logs)
+        if key != self.key: self._layout(data, logs); self.key = key
+        moved = False
+        for n, log in zip(data, logs):
+            if n not in self.lims or not limits_hold(self.lims[n], xs[n], ys[n], log):
+                self.lims[n], moved = plot_limits(xs[n], ys[n], log), True
+        if moved or self.static is None: self._render()
+        paths = []
+        for i, ((n, lines), log) in enumerate(zip(data.items(), logs)):
+            b = self.boxes[n]
+            paths.append(f"<clipPath id='ddpnb-clip{i}'><rect x='{b[0]:.1f}' y='{b[1]:.1f}' width='{b[2]:.1f}' height='{b[3]:.1f}'/></clipPath>"
+                         f"<g clip-path='url(#ddpnb-clip{i})' fill='none' stroke-linejoin='round' stroke-linecap='round'>")
+            for k in [k for k in lines if k != 'mean'] + (['mean'] if 'mean' in lines else []):
+                d = self.lines[n, k]
+                paths.append(f"<path d='{_path(*lines[k], b, self.lims[n], log)}' stroke='{mpl_color(d['color'])}' "
+                             f"stroke-width='{d['lw']}' stroke-opacity='{d['alpha']}'/>")
+            paths.append('</g>')
+            ranks = [k for k in lines if k != 'mean']
+            end = lines.get('mean') or lines[ranks[0]]
+            x0, x1, y0, y1 = self.lims[n]
+            info[n] = dict(x0=x0, x1=x1, y0=y0, y1=y1, logy=log, last_x=end[0][-1] if end[0] else None,
+                           last_y=end[1][-1] if end[1] else None,
+                           last_step=min((lines[rk][0][-1] for rk in ranks if lines[rk][0]), default=None),  # the slowest rank's
+                           max_step=max((lines[rk][0][-1] for rk in ranks if lines[rk][0]), default=None))   # the fastest rank's
+        out = self.static.replace('</svg>', ''.join(paths) + '</svg>')
+        self.cost = time.perf_counter() - t
+        return out.encode(), info
+
+def mpl_color(c:str) -> str:
+    "A matplotlib colour ('C0', 'k') as #rrggbb"
+    from matplotlib.colors import to_hex
+    return to_hex(c)
+
+def plot_svg(series:dict, # {(rank, metric): Series} of one run, e.g. `cl.history.of(run)`
+             logy:bool|None=None, # as for `Plot`
+            ) -> bytes:
+    "SVG of a run's metrics, drawn once"
+    return Plot(logy=logy).svg(series)[0]
 
 # %% ../nbs/04_dashboard.ipynb #8a42bb4f
 def _frontend() -> bool:
@@ -321,123 +453,183 @@ def _frontend() -> bool:
     return ip is not None and type(ip).__name__ == 'ZMQInteractiveShell'
 
 class Dashboard:
-    "Loss, progress, status and load of every rank, redrawn live from the collector's thread"
+    "Loss, progress, status and load of every rank, redrawn live from the collector's thread, each frame from one snapshot"
     def __init__(self,
                  collector:Collector,
                  world_size:int, # ranks expected
                  task_status=None, # callable -> {rank: 'running'|'idle'|'error'|'dead'}, from the cluster
                  mode:str|None=None, # 'widget', 'text', or None: widgets under a Jupyter frontend, text elsewhere
-                 every:float=0.3, # seconds between widget redraws at most
+                 every:float=0.3, # seconds between widget redraws at least (more when a redraw is slow: ~5% of a core at most)
                  text_every:float=5.0, # seconds between text lines at most
                  out=None, # where text lines go (default sys.stdout)
+                 logy:bool|None=None, # log y axes; None: each panel whose values are positive and span two decades or more
                 ):
         if mode not in (None, 'widget', 'text'): raise ValueError(f"mode={mode!r}: use 'widget', 'text' or None.")
         self.col, self.world_size, self.task_status = collector, world_size, task_status or (lambda: {})
         self.mode = mode or ('widget' if _frontend() else 'text')
-        self.every, self.text_every, self.out = every, text_every, out
-        self.drawn_version, self.last_draw, self.draws, self.latencies = -1, 0., 0, deque(maxlen=1000)
-        self.drawn_newest, self.drawn_signature, self.last_check = collector.newest_t, None, 0.
+        self.every, self.text_every, self.out, self.plot = every, text_every, out, Plot(logy=logy)
+        self.drawn_version, self.last_draw, self.draws, self.latencies, self.cost = -1, 0., 0, deque(maxlen=1000), 0.
+        self.drawn_newest, self.drawn_signature, self.last_check, self.shown = collector.newest_t, None, 0., {}
+        self.costs = deque(maxlen=5)  # seconds the last frames took to draw
         self.host = host_identity()
         self.last_text, self._was_busy = '', False
         if self.mode == 'widget': self._make_widgets()
         self.col.listeners.append(self._tick)
+        self.col.finals.append(self._final)
 
 # %% ../nbs/04_dashboard.ipynb #fb9719b0
 @patch
 def _make_widgets(self:Dashboard):
-    "The header, plot and rank table widgets"
+    "One HTML widget holds the whole frame, so the browser never shows a header from one moment and a plot from another"
     import ipywidgets as W
-    self.w_head = W.HTML()
-    self.w_plot = W.Image(format='png', layout=W.Layout(max_width='100%'))
-    self.w_ranks = W.HTML()
-    self.plot = Plot()
-    self.box = W.VBox([self.w_head, self.w_plot, self.w_ranks])
+    self.w = W.HTML(layout=W.Layout(width='100%'))
+    self.box = W.VBox([self.w], layout=W.Layout(width='100%'))
     self.box.add_class('ddp-nb-dashboard')
     self._draw()
+    threading.Thread(target=self.plot.warm, daemon=True, name='ddp_nb-plot-warm').start()  # the first plot is not late
 
 @patch
-def _statuses(self:Dashboard) -> dict:
-    "rank -> status string"
-    try: tasks = self.task_status() or {}
+def _statuses(self:Dashboard, snap:Snapshot|None=None) -> dict:
+    "rank -> status string (from `snap`, or the collector's state now)"
+    ranks, stopped = (snap.ranks, snap.stopped) if snap is not None else (self.col.ranks, self.col.stopped)
+    try: tasks = {} if stopped else (self.task_status() or {})
     except Exception: tasks = {}
     now = time.time()
-    return {r: rank_status(self.col.ranks.get(r), tasks.get(r), now, self.host) for r in range(self.world_size)}
+    return {r: rank_status(ranks.get(r), tasks.get(r), now, self.host, stopped) for r in range(self.world_size)}
 
-@patch
-def header_text(self:Dashboard) -> str:
-    "One compact line: step/total, epoch, rate, ETA, elapsed, mean of the latest metrics"
-    states = list(self.col.ranks.values())
-    p = progress(states, time.time())
-    if not p: return 'waiting for report(...) from the ranks'
+def head_line(snap:Snapshot) -> str:
+    "One compact line: step/total, epoch, rate, ETA, active elapsed time, mean of the latest metrics"
+    cur = snap.current()
+    p = progress(cur)
+    if not p: return 'stopped: no rank reported' if snap.stopped else 'waiting for report(...) from the ranks'
     tot = f"/{p['total']}" if p['total'] else ''
     pct = f" ({100 * (p['step'] + 1) / p['total']:.0f}%)" if p['total'] else ''
     parts = [f"run {p['run']}", f"step {p['step']}{tot}{pct}"]
     if p['epoch'] is not None: parts.append(f"epoch {p['epoch']:g}")
     if p['rate']: parts.append(f"{p['rate']:.1f} steps/s" + (f" · {p['samples_per_s']:,.0f} samples/s" if p['samples_per_s'] else ''))
-    if p['eta'] is not None: parts.append(f"ETA {_fmt_time(p['eta'])}")
+    if p['eta'] is not None and not snap.stopped and not (p['total'] and p['step'] + 1 >= p['total']): parts.append(f"ETA {_fmt_time(p['eta'])}")
     parts.append(f"elapsed {_fmt_time(p['elapsed'])}")
-    cur = [s for s in states if s.run == p['run']]
     for k in sorted({k for s in cur for k in s.latest}, key=lambda n: (n != 'loss', n))[:3]:
         vs = [s.latest[k] for s in cur if k in s.latest and math.isfinite(s.latest[k])]
         if vs: parts.append(f"{k} {sum(vs) / len(vs):.4g}")  # mean over ranks; non-finite values are flagged below
+    if snap.stopped: parts.append('cluster stopped')
     return ' | '.join(parts)
+
+def warning_lines(snap:Snapshot) -> list[str]:
+    "Why a rank shows no GPU load, failed cells, and the latest flagged values (NaN, non-numeric), newest last"
+    ranks = sorted(snap.ranks.values(), key=lambda s: s.rank)
+    gpu = [] if snap.stopped else [f"GPU load unavailable on rank {s.rank}: {s.load['gpu_note']}" for s in ranks if s.load.get('gpu_note')]
+    fl = sorted(((s.rank,) + f for s in ranks for f in s.flags), key=lambda f: f[1])[-5:]
+    errs = [f"rank {s.rank} failed: {s.error[1]}" for s in ranks if s.error]
+    return gpu + errs + [f"rank {r} step {st}: {k} = {why}" for r, st, k, why in fl]
 
 @patch
 def flags_text(self:Dashboard) -> list[str]:
-    "The latest flagged values (NaN, non-numeric), newest last"
-    fl = sorted(((s.rank,) + f for s in self.col.ranks.values() for f in s.flags), key=lambda f: f[1])[-5:]
-    errs = [f"rank {s.rank} failed: {s.error[1]}" for s in sorted(self.col.ranks.values(), key=lambda s: s.rank) if s.error]
-    return errs + [f"rank {r} step {st}: {k} = {why}" for r, st, k, why in fl]
+    "`warning_lines` of the collector's state now"
+    return warning_lines(self.col.snapshot(series=False))
+
+@patch
+def header_text(self:Dashboard) -> str:
+    "`head_line` of the collector's state now"
+    return head_line(self.col.snapshot(series=False))
 
 # %% ../nbs/04_dashboard.ipynb #1f86c543
-@patch
-def ranks_html(self:Dashboard, statuses:dict) -> str:
-    "An HTML table: rank, status, step, latest loss, load"
+_COL = dict(rank='4.5em', status='6.5em', step='6.5em', metric='7.5em', load='20em')  # fixed: columns never move or collide
+
+def _metric_cols(snap:Snapshot) -> list[str]:
+    "The (at most 2) latest metrics the table shows, loss first"
+    return sorted({k for s in snap.current() for k in s.latest}, key=lambda n: (n != 'loss', n))[:2] or ['loss']
+
+def rank_table(snap:Snapshot, statuses:dict) -> str:
+    "The rank table: rank, status, step, latest metrics, load; fixed column widths; numbers of stopped or dead ranks greyed"
+    mets = _metric_cols(snap)
+    widths = [_COL['rank'], _COL['status'], _COL['step']] + [_COL['metric']] * len(mets) + [_COL['load']]
+    total = sum(float(w[:-2]) for w in widths)
+    cols = ''.join(f"<col style='width:{w}'>" for w in widths)
+    th = "style='text-align:left;padding:2px 8px;border-bottom:1px solid #d0d7de'"
+    head = ''.join(f"<th {th}>{h}</th>" for h in ['rank', 'status', 'step'] + mets + ['load (own host)'])
     rows = []
-    for r in range(self.world_size):
-        s, st = self.col.ranks.get(r), statuses[r]
-        loss = s.latest.get('loss') if s else None
-        rows.append(f"<tr><td>{r}</td><td class='ddp-nb-status' style='color:{STATUS_COLORS[st]}'><b>{st}</b></td>"
-                    f"<td>{'' if not s or s.step is None else s.step}</td><td>{'' if loss is None else f'{loss:.4g}'}</td>"
-                    f"<td class='ddp-nb-load'>{_fmt_load(s.load) if s else '—'}</td></tr>")
-    head = "<tr><th>rank</th><th>status</th><th>step</th><th>loss</th><th>load (own host)</th></tr>"
-    return f"<table class='ddp-nb-ranks' style='font-size:12px'>{head}{''.join(rows)}</table>"
+    for r, st in statuses.items():
+        s = snap.ranks.get(r)
+        cur = s is not None and s.step is not None and s.run == snap.run
+        step = '' if s is None or s.step is None else f"{s.step}" + ('' if cur else f" (run {s.run})")
+        td = "style='padding:2px 8px;overflow:hidden;white-space:nowrap;text-overflow:ellipsis'"
+        vals = [f"<td {td}>{'' if s is None or k not in s.latest else f'{s.latest[k]:.4g}'}</td>" for k in mets]
+        live = st in ('running', 'idle', 'error', 'silent')
+        load = _fmt_load(s.load) if s is not None and live else '—'
+        new = (f" <span title='a new engine (cl.restart) replaced pid {s.replaced}' style='color:{STATUS_COLORS['replaced']}'>new</span>"
+               if s is not None and s.replaced else '')
+        grey = '' if live or st in ('waiting', 'replaced') else ";color:#8c959f"
+        rows.append(f"<tr class='ddp-nb-rank' data-rank='{r}' data-status='{st}' style='font-variant-numeric:tabular-nums{grey}'>"
+                    f"<td {td}>{r}{new}</td><td {td} class='ddp-nb-status'><b style='color:{STATUS_COLORS[st]}'>{st}</b></td>"
+                    f"<td {td} class='ddp-nb-step'" + (f" data-step='{s.step}'" if cur else '') + f">{step}</td>{''.join(vals)}"
+                    f"<td {td} class='ddp-nb-load'>{load}</td></tr>")
+    return (f"<table class='ddp-nb-ranks' style='table-layout:fixed;border-collapse:collapse;width:{total:g}em;font-size:12px;"
+            f"margin-top:4px'><colgroup>{cols}</colgroup><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>")
 
 @patch
-def text(self:Dashboard) -> str:
-    "The dashboard as compact text: the header line, then one short line per rank"
-    st = self._statuses()
-    lines = ['[ddp_nb] ' + self.header_text()]
-    lines += ['  ' + '  '.join(f"r{r} {st[r]} {_fmt_load(self.col.ranks[r].load) if r in self.col.ranks else ''}".strip()
-                               for r in range(self.world_size))]
-    lines += [f"  ! {f}" for f in self.flags_text()]
+def ranks_html(self:Dashboard, statuses:dict|None=None) -> str:
+    "`rank_table` of the collector's state now"
+    snap = self.col.snapshot()
+    return rank_table(snap, statuses or self._statuses(snap))
+
+@patch
+def text(self:Dashboard, snap:Snapshot|None=None) -> str:
+    "The dashboard as compact text: the header line, then one short line per rank, then warnings"
+    snap = snap or self.col.snapshot(series=False)
+    st = self._statuses(snap)
+    live = lambda r: st[r] in ('running', 'idle', 'error', 'silent') and r in snap.ranks
+    lines = ['[ddp_nb] ' + head_line(snap)]
+    lines += ['  ' + '  '.join(f"r{r} {st[r]} {_fmt_load(snap.ranks[r].load) if live(r) else ''}".strip() for r in range(self.world_size))]
+    lines += [f"  ! {f}" for f in warning_lines(snap)]
     return '\n'.join(lines)
 
 # %% ../nbs/04_dashboard.ipynb #3dc9e891
-@patch
-def _draw(self:Dashboard):
-    "Redraw the widgets from the collector's current state"
-    with self.col.lock: self._draw_locked()
+def _attrs(d:dict) -> str:
+    "HTML data- attributes of a plot panel's limits and last point, for tests and tools that read the page"
+    f = lambda v: '' if v is None else f"{v:.6g}" if isinstance(v, float) else str(v).lower() if isinstance(v, bool) else str(v)
+    return ' '.join(f"data-{k.replace('_', '-')}='{f(v)}'" for k, v in d.items())
+
+def _wrap_parts(line:str) -> str:
+    "The header's ' | '-separated parts as HTML that wraps between parts, never inside one"
+    return ' | '.join(f"<span style='white-space:nowrap'>{html.escape(p)}</span>" for p in line.split(' | '))
 
 @patch
-def _draw_locked(self:Dashboard):
-    "`_draw` under the collector's lock"
-    v, newest = self.col.version, self.col.newest_t
-    self.drawn_signature = self._signature()
-    st = self._statuses()
-    runs = self.col.history.runs()
-    flags = ''.join(f"<div style='color:#cf222e'>⚠ {f}</div>" for f in self.flags_text())
-    self.w_head.value = f"<div class='ddp-nb-header' style='font-family:monospace'>{self.header_text()}</div>{flags}"
-    self.w_plot.value = self.plot.png(self.col.history, runs[-1] if runs else 0)
-    self.w_ranks.value = self.ranks_html(st)
-    self.drawn_version, self.draws = v, self.draws + 1
-    if newest > self.drawn_newest:  # report -> drawn latency, for draws that show new points
-        self.latencies.append(time.time() - newest); self.drawn_newest = newest
+def frame(self:Dashboard, snap:Snapshot) -> tuple:
+    "(HTML of the whole dashboard, what it shows) from one snapshot: header, warnings, plot and table agree"
+    st = self._statuses(snap)
+    p, flags = progress(snap.current()), warning_lines(snap)
+    warn = ''.join(f"<div class='ddp-nb-warn' style='color:#cf222e'>⚠ {html.escape(f)}</div>" for f in flags)
+    head = (f"<div class='ddp-nb-header' data-step='{'' if not p else p['step']}' data-run='{snap.run}' "
+            f"style='font-family:monospace;font-size:12px'>{_wrap_parts(head_line(snap))}</div>")
+    img, panels = '', {}
+    if snap.series:  # no plot before the first report: the header alone says what we wait for
+        svg, panels = self.plot.svg(snap.series)
+        first = next(iter(panels.values()))
+        img = (f"<img class='ddp-nb-plot' alt='metrics of run {snap.run}' {_attrs(first)} src='data:image/svg+xml;base64,"
+               f"{base64.b64encode(svg).decode()}' style='display:block;width:100%;max-width:1100px;height:auto;margin:4px 0'>")
+    info = dict(step=p.get('step'), run=snap.run, statuses=st, plot=panels, signature=(tuple(st.items()), tuple(flags)),
+                steps={s.rank: s.step for s in snap.current()})
+    return f"<div class='ddp-nb-frame'>{head}{warn}{img}{rank_table(snap, st)}</div>", info
+
+@patch
+def _draw(self:Dashboard):
+    "Redraw the widget from one snapshot of the collector's state"
+    t = time.thread_time()  # this thread's CPU: what pacing limits (wall time on a busy machine would stall the dashboard)
+    snap = self.col.snapshot()
+    value, self.shown = self.frame(snap)
+    self.w.value = value
+    self.drawn_version, self.drawn_signature, self.draws = snap.version, self.shown['signature'], self.draws + 1
+    if snap.newest > self.drawn_newest:  # report -> drawn latency, for draws that show new points
+        self.latencies.append(time.time() - snap.newest); self.drawn_newest = snap.newest
+    self.costs.append(time.thread_time() - t)
+    self.cost = sorted(self.costs)[(len(self.costs) - 1) // 2]  # the (lower) median of recent frames: one slow frame (the first plot) does not stall the next
 
 @patch
 def _signature(self:Dashboard) -> tuple:
     "What the rank table and warnings show, to notice changes that bring no new points (errors, deaths, idling)"
-    return tuple(self._statuses().items()), tuple(self.flags_text())
+    snap = self.col.snapshot(series=False)
+    return tuple(self._statuses(snap).items()), tuple(warning_lines(snap))
 
 @patch
 def _tick(self:Dashboard):
@@ -445,31 +637,44 @@ def _tick(self:Dashboard):
     now = time.monotonic()
     news = self.col.version != self.drawn_version
     if self.mode == 'widget':
-        if now - self.last_draw < self.every: return
+        if now - self.last_draw < max(self.every, min(1., 20 * self.cost)): return  # slow redraws come less often: ~5% of a core
         if not news and now - self.last_check >= 0.5:
             self.last_check = now
-            with self.col.lock: news = self._signature() != self.drawn_signature
+            news = self._signature() != self.drawn_signature  # a cell ended, a rank died: the last frame shows it
         if news: self.last_draw = now; self._draw()
         return
     busy = any(s.busy for s in self.col.ranks.values())
     done = self._was_busy and not busy  # a run just went quiet: say where it ended
     if (news and now - self.last_draw >= self.text_every) or done:
-        with self.col.lock: t = self.text()
-        if t != self.last_text:
-            print(t, file=self.out or sys.stdout, flush=True)
-            self.last_text = t
-        self.last_draw, self.drawn_version = now, self.col.version
+        self._print()
+        self.last_draw = now
     self._was_busy = busy
+
+@patch
+def _print(self:Dashboard):
+    "Print the text frame if it changed"
+    snap = self.col.snapshot(series=False)
+    t = self.text(snap)
+    if t != self.last_text:
+        print(t, file=self.out or sys.stdout, flush=True)
+        self.last_text = t
+    self.drawn_version = snap.version
+
+@patch
+def _final(self:Dashboard):
+    "The last frame, when the cluster stops (`Collector.close`): every rank stopped, no load"
+    if self.mode == 'widget': self._draw()
+    else: self._print()
 
 @patch
 def close(self:Dashboard):
     "Stop updating"
     if self._tick in self.col.listeners: self.col.listeners.remove(self._tick)
+    if self._final in self.col.finals: self.col.finals.remove(self._final)
 
 @patch
 def _ipython_display_(self:Dashboard):
     "Show the widgets, or the text now"
     from IPython.display import display
     if self.mode == 'widget': display(self.box)
-    else:
-        with self.col.lock: print(self.text())
+    else: print(self.text())

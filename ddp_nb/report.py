@@ -9,7 +9,8 @@ from collections import deque
 from .core import host_identity, patch
 
 # %% auto #0
-__all__ = ['PROGRESS_KEYS', 'to_number', 'nvml_uuid', 'gpu_handle', 'LoadSampler', 'Reporter', 'connect', 'disconnect', 'report']
+__all__ = ['PROGRESS_KEYS', 'to_number', 'nvml_uuid', 'nvml_facts', 'nvml_problem', 'gpu_handle', 'LoadSampler', 'Reporter',
+           'connect', 'disconnect', 'report']
 
 # %% ../nbs/03_report.ipynb #88d2d231
 def to_number(v, # a reported value: number, bool, 0-d or 1-element tensor, numpy scalar, or anything else
@@ -28,20 +29,49 @@ def nvml_uuid(torch_uuid) -> bytes:
     s = str(torch_uuid)
     return (s if s.startswith('GPU-') else 'GPU-' + s).encode()
 
-def gpu_handle(device):
-    "An NVML handle for `device` matched by UUID, or None (no CUDA device, no NVML)"
-    if getattr(device, 'type', 'cpu') != 'cuda': return None
+def _err(e:BaseException) -> str:
+    "An exception as 'TypeName: message'"
+    return f"{type(e).__name__}: {e}"
+
+def nvml_facts(device) -> dict:
+    "What looking up `device`'s NVML handle found: cuda, and import_error, init_error, uuid, handle or handle_error"
+    f = dict(cuda=getattr(device, 'type', 'cpu') == 'cuda')
+    if not f['cuda']: return f
+    try: import pynvml
+    except ImportError as e: return {**f, 'import_error': _err(e)}
+    try: pynvml.nvmlInit()
+    except Exception as e: return {**f, 'init_error': _err(e)}  # NVMLError_LibraryNotFound, _DriverNotLoaded, ...
     try:
-        import torch, pynvml
-        pynvml.nvmlInit()
-        return pynvml.nvmlDeviceGetHandleByUUID(nvml_uuid(torch.cuda.get_device_properties(device).uuid))
-    except Exception: return None  # NVMLError_LibraryNotFound and friends: fall back to CPU load
+        import torch
+        f['uuid'] = nvml_uuid(torch.cuda.get_device_properties(device).uuid).decode()
+        f['handle'] = pynvml.nvmlDeviceGetHandleByUUID(f['uuid'].encode())
+    except Exception as e: f['handle_error'] = _err(e)
+    return f
+
+def nvml_problem(facts:dict, # from `nvml_facts`
+                ) -> str|None: # why GPU load cannot be read and how to fix it; None: it can, or there is no GPU
+    "The reason a rank with a GPU shows no GPU load, with the fix"
+    if not facts.get('cuda') or facts.get('handle') is not None: return None
+    if 'import_error' in facts: return "nvidia-ml-py is not installed (pip install nvidia-ml-py)"
+    e = facts.get('init_error')
+    if e and 'LibraryNotFound' in e: return "NVML library not found (pip install nvidia-ml-py; needs the NVIDIA driver's libnvidia-ml.so)"
+    if e and 'DriverNotLoaded' in e: return "the NVIDIA driver is not loaded (nvidia-smi fails too): load or reinstall the driver"
+    if e and 'NoPermission' in e: return "no permission to use NVML: give this user access to /dev/nvidia*"
+    if e: return f"nvmlInit failed ({e}): check that nvidia-smi works for this user"
+    if 'uuid' not in facts: return f"could not read the GPU's UUID from torch ({facts.get('handle_error')})"
+    return (f"no NVML device has UUID {facts['uuid']} ({facts.get('handle_error')}): NVML and CUDA see different devices "
+            "(a container or MIG): compare nvidia-smi -L with torch.cuda.get_device_properties")
+
+def gpu_handle(device):
+    "An NVML handle for `device` matched by UUID, or None (no CUDA device, or NVML unusable: `nvml_problem` says why)"
+    return nvml_facts(device).get('handle')
 
 class LoadSampler:
-    "Samples this process's CPU % and RSS, and its GPU's utilisation and memory when there is one"
+    "Samples this process's CPU % and RSS, and its GPU's utilisation and memory when there is one (else why not, as gpu_note)"
     def __init__(self, device=None):
         import psutil
-        self.proc, self.gpu = psutil.Process(), gpu_handle(device)
+        facts = nvml_facts(device)
+        self.proc, self.gpu, self.note = psutil.Process(), facts.get('handle'), nvml_problem(facts)
         self.proc.cpu_percent(None)  # the first call only starts the clock
     def __call__(self) -> dict:
         d = dict(cpu=self.proc.cpu_percent(None), rss=self.proc.memory_info().rss)
@@ -50,7 +80,9 @@ class LoadSampler:
             try:
                 u, m = pynvml.nvmlDeviceGetUtilizationRates(self.gpu), pynvml.nvmlDeviceGetMemoryInfo(self.gpu)
                 d.update(gpu=float(u.gpu), gpu_mem=int(m.used), gpu_total=int(m.total))
-            except Exception: pass
+                self.note = None
+            except Exception as e: self.note = f"reading the GPU's utilisation failed ({_err(e)})"
+        if self.note: d['gpu_note'] = self.note
         return d
 
 # %% ../nbs/03_report.ipynb #56926b2b
@@ -76,6 +108,7 @@ class Reporter:
         self.pid, self.host = os.getpid(), host_identity()  # the identity, not the hostname: namespaces and containers share hostnames
         self.load, self.last_load, self.last_report = LoadSampler(device), 0., 0.
         self.error = None  # (time, 'ValueError: ...') of the last uncaught error on this engine, until the next cell
+        self.in_cell = False  # a cell (%%px, view.execute) is running on this engine: the run's active time counts
         self._hook_errors()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True, name='ddp_nb-report')
@@ -108,7 +141,7 @@ def _batch(self:Reporter) -> dict:
         pts.append((t, int(s) if bad is None else -1, vals))
     now = time.time()
     msg = dict(rank=self.rank, pid=self.pid, host=self.host, t=now, pts=pts, flags=flags,
-               busy=now - self.last_report < 2.0, dropped=self.dropped, error=self.error, stop_eta=_stop_eta())
+               busy=now - self.last_report < 2.0, cell=self.in_cell, dropped=self.dropped, error=self.error, stop_eta=_stop_eta())
     if now - self.last_load >= self.load_interval:
         msg['load'], self.last_load = self.load(), now
     return msg
@@ -138,9 +171,19 @@ def close(self:Reporter):
     self._stop.set(); self._thread.join(5)
 
 # %% ../nbs/03_report.ipynb #f9f9b82a
+def _cell_started(*args):
+    "IPython pre_execute: a cell starts on this engine; its errors so far are forgotten"
+    r = _reporter
+    if r is not None: r.error, r.in_cell = None, True
+
+def _cell_ended(*args):
+    "IPython post_execute: the cell ended"
+    r = _reporter
+    if r is not None: r.in_cell = False
+
 @patch
 def _hook_errors(self:Reporter):
-    "Remember this engine's uncaught errors (IPython's showtraceback) until the next cell starts"
+    "Remember this engine's uncaught errors (IPython's showtraceback) until the next cell starts, and whether a cell runs"
     try: from IPython import get_ipython
     except ImportError: return
     sh = get_ipython()
@@ -153,11 +196,9 @@ def _hook_errors(self:Reporter):
         return orig(*args, **kwargs)
     sh.showtraceback = showtraceback
     if not getattr(sh, '_ddp_nb_pre_run', None):
-        def clear(*args):
-            r = _reporter
-            if r is not None: r.error = None
-        sh._ddp_nb_pre_run = clear
-        sh.events.register('pre_execute', clear)  # fires for silent executes too (view.execute)
+        sh._ddp_nb_pre_run = _cell_started
+        sh.events.register('pre_execute', _cell_started)  # fires for silent executes too (view.execute)
+        sh.events.register('post_execute', _cell_ended)
 
 # %% ../nbs/03_report.ipynb #91db71d0
 _reporter = None  # this process's Reporter, once a cluster connected it

@@ -67,22 +67,56 @@ def lab(tmp_path):
 
 JS_STATE = """() => {
   const cells = [...document.querySelectorAll('.jp-Notebook .jp-CodeCell')];
-  const train = cells.find(c => c.textContent.includes('sampler.set_epoch(epoch)'));
+  const train = cells.find(c => c.textContent.includes('set_epoch(') || c.textContent.includes('train_epoch(model'));
   const prompt = train ? (train.querySelector('.jp-InputPrompt') || {}).textContent || '' : '';
+  const dash = document.querySelector('.ddp-nb-dashboard');
   const head = document.querySelector('.ddp-nb-header');
-  const img = document.querySelector('.ddp-nb-dashboard img');
+  const img = document.querySelector('.ddp-nb-dashboard img.ddp-nb-plot');
+  const rows = [...document.querySelectorAll('.ddp-nb-rank')];
   const loads = [...document.querySelectorAll('.ddp-nb-load')].map(e => e.textContent);
   const last = cells.length ? (cells[cells.length - 1].querySelector('.jp-InputPrompt') || {}).textContent || '' : '';
-  return {prompt, head: head ? head.textContent : null, img: img ? img.src : null, loads, last,
+  const box = e => { const r = e.getBoundingClientRect(); return [r.left, r.right]; };
+  return {prompt, head: head ? head.textContent : null, head_step: head ? head.dataset.step : null,
+          img: img ? img.src.length + ':' + img.src.slice(-64) : null, loads, last,
+          plot: img ? {...img.dataset, natural: [img.naturalWidth, img.naturalHeight], shown: [img.clientWidth, img.clientHeight],
+                       dpr: window.devicePixelRatio, format: img.src.slice(5, 18)} : null,
+          table: rows.map(r => ({rank: r.dataset.rank, status: r.dataset.status,
+                                 step: (r.querySelector('.ddp-nb-step') || {dataset: {}}).dataset.step})),
+          cols: rows.length ? [...rows[0].children].map(box) : [],
+          head_rows: document.querySelectorAll('.ddp-nb-dashboard .ddp-nb-ranks th').length,
+          waiting: dash ? (dash.textContent.match(/waiting for report/g) || []).length : 0,
           errors: document.querySelectorAll('.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]').length};
 }"""
+
+
+def _agree(s):
+    "Header, table and plot of one sampled frame: (header step, the table's slowest step, the plot's last step), and the plot's limits"
+    steps = [int(r['step']) for r in s['table'] if r['step']]
+    p = s['plot']
+    return (int(s['head_step']), min(steps) if steps else None, int(p['lastStep'])), p
+
+
+def _check_frame(s):
+    "The frame agrees with itself, and the plot's last point lies inside its axes, which end near the last step"
+    steps, p = _agree(s)
+    assert steps[0] == steps[1] == steps[2], f"header, table and plot disagree on the step: {steps} in {s}"
+    x0, x1, y0, y1, lx, ly = (float(p[k]) for k in ('x0', 'x1', 'y0', 'y1', 'lastX', 'lastY'))
+    assert x0 <= lx <= x1 and y0 <= ly <= y1, f"the plot's last point ({lx}, {ly}) is outside its axes {p}"
+    assert x1 - x0 <= 1.3 * (float(p['maxStep']) - x0) + 1.01, f"the x axis runs far ahead of the data: {p}"
+
+
+def _shot(page, name):
+    "Screenshot of the dashboard as shown, into build/browser/"
+    path = SHOTS / name
+    page.locator('.ddp-nb-dashboard').screenshot(path=str(path))
+    return path
 
 
 def test_dashboard_moves_while_training_cell_runs(lab, no_leftovers):
     from playwright.sync_api import sync_playwright
     url, token = lab
     SHOTS.mkdir(parents=True, exist_ok=True)
-    shot = SHOTS / 'dashboard.png'
+    shots = {}
     with sync_playwright() as pw:
         b = pw.chromium.launch(executable_path=CHROMIUM, args=[
             '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
@@ -96,21 +130,26 @@ def test_dashboard_moves_while_training_cell_runs(lab, no_leftovers):
         except Exception:
             page.screenshot(path=str(SHOTS / 'not-ready.png')); raise
         page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")  # not awaited
-        seen, shot_taken, t0 = [], False, time.time()
+        seen, t0, changes, after = [], time.time(), set(), None
         while time.time() - t0 < 300:
             s = page.evaluate(JS_STATE)
             s['t'] = time.time() - t0
             seen.append(s)
             running = s['prompt'].strip().startswith('[*]')
-            ep = re.search(r'epoch (\d+)', s['head'] or '')
-            if running and ep and int(ep.group(1)) >= 8 and not shot_taken:  # mid-run, with a curve worth seeing
-                page.locator('.ddp-nb-dashboard').scroll_into_view_if_needed()
-                page.screenshot(path=str(shot)); shot_taken = True
+            if running and s['plot']: changes.add(s['img'])
+            if running and len(changes) >= 2 and 'during' not in shots:  # mid-run, with a curve worth seeing
+                shots['during'] = _shot(page, 'dashboard-during.png'); seen.append({**page.evaluate(JS_STATE), 't': time.time() - t0})
+            done = re.match(r'\[\d+\]', s['prompt'].strip())
+            if done and after is None and s['table'] and all(r['status'] == 'idle' for r in s['table']):
+                shots['after'] = _shot(page, 'dashboard-after.png'); after = page.evaluate(JS_STATE)
             if re.match(r'\[\d+\]', s['last'].strip()): break  # the last cell (cl.stop()) has run
             time.sleep(0.1)
-        if not shot_taken: page.screenshot(path=str(shot))
+        page.wait_for_timeout(500)
+        final = page.evaluate(JS_STATE)
+        shots['stopped'] = _shot(page, 'dashboard-stopped.png')
+        if 'during' not in shots: page.screenshot(path=str(SHOTS / 'dashboard-during.png'))
         b.close()
-    print(f"\nscreenshot of the live dashboard: {shot}")
+    for k, p in shots.items(): print(f"\nscreenshot of the dashboard ({k}): {p}")
     if os.environ.get("DDP_NB_DEBUG"): [print(s) for s in seen[::5]]
     during = [s for s in seen if s['prompt'].strip().startswith('[*]') and s['head']]
     states = []
@@ -123,4 +162,23 @@ def test_dashboard_moves_while_training_cell_runs(lab, no_leftovers):
     loads = next(s['loads'] for s in reversed(during) if s['loads'])
     assert len(loads) == 2 and all(('CPU' in l and '%' in l) or 'GPU' in l for l in loads), loads
     assert re.match(r'\[\d+\]', seen[-1]['last'].strip()), "the quickstart did not run to its end in the browser"
-    assert shot.exists() and shot.stat().st_size > 10_000
+    # every frame the browser showed while training agrees with itself: header, table and plot at one step
+    framed = [s for s in during if s['plot'] and s['head_step']]
+    assert len(framed) >= 3, during[-3:]
+    for s in framed: _check_frame(s)
+    assert all(s['waiting'] <= 1 for s in seen), "'waiting for report(...)' shown twice"
+    # crisp: the plot is vector (SVG), drawn at whatever size the browser shows it
+    p = framed[-1]['plot']
+    print(f"plot: {p['format']}, intrinsic {p['natural']} css px, shown at {p['shown']} css px x DPR {p['dpr']}")
+    assert p['format'] == 'image/svg+xml' and p['shown'][0] >= 600, p
+    # the table's columns do not collide: each cell ends before the next begins, and they stay put between states
+    cols = framed[-1]['cols']
+    assert all(a[1] <= b[0] + 0.5 for a, b in zip(cols, cols[1:])), cols
+    # after the training cell: the last frame shows where the run ended, still in agreement
+    assert after is not None, "no frame with every rank idle after the training cell"
+    _check_frame(after)
+    assert after['cols'] == cols, (after['cols'], cols)
+    # after cl.stop(): every rank stopped, no load
+    assert [r['status'] for r in final['table']] == ['stopped', 'stopped'], final['table']
+    assert final['loads'] == ['—', '—'] and 'cluster stopped' in final['head'], final
+    for p in shots.values(): assert p.exists() and p.stat().st_size > 5_000, p
