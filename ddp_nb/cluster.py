@@ -457,7 +457,7 @@ def _gone(self:DDPCluster) -> list:
 @patch
 def dashboard(self:DDPCluster,
               mode:str|None=None, # 'widget', 'text', or None: widgets in Jupyter, text elsewhere
-              **kwargs, # passed to `Dashboard` (every=, text_every=, out=)
+              **kwargs, # passed to `Dashboard` (logy=True|False|None for auto, every=, text_every=, out=)
              ):
     "A live dashboard of this cluster (replacing the last one): loss per rank and mean, progress, status and load of every rank"
     from ddp_nb.dashboard import Dashboard

@@ -502,9 +502,8 @@ def head_line(snap:Snapshot) -> str:
     cur = snap.current()
     p = progress(cur)
     if not p: return 'stopped: no rank reported' if snap.stopped else 'waiting for report(...) from the ranks'
-    tot = f"/{p['total']}" if p['total'] else ''
-    pct = f" ({100 * (p['step'] + 1) / p['total']:.0f}%)" if p['total'] else ''
-    parts = [f"run {p['run']}", f"step {p['step']}{tot}{pct}"]
+    done = min(p['step'] + 1, p['total']) if p['total'] else None  # steps count from 0: step s means s + 1 done
+    parts = [f"run {p['run']}", f"step {p['step']}" + (f" · {done}/{p['total']} done ({100 * done / p['total']:.0f}%)" if done else '')]
     if p['epoch'] is not None: parts.append(f"epoch {p['epoch']:g}")
     if p['rate']: parts.append(f"{p['rate']:.1f} steps/s" + (f" · {p['samples_per_s']:,.0f} samples/s" if p['samples_per_s'] else ''))
     if p['eta'] is not None and not snap.stopped and not (p['total'] and p['step'] + 1 >= p['total']): parts.append(f"ETA {_fmt_time(p['eta'])}")
