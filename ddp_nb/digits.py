@@ -148,6 +148,8 @@ def torchrun_worker(epochs:int=5, lr:float=0.1, batch_size:int=32, seed:int=0,
     if 'OMP_NUM_THREADS' in os.environ: torch.set_num_threads(int(os.environ['OMP_NUM_THREADS']))
     cuda = torch.cuda.is_available()
     if cuda: torch.cuda.set_device(int(os.environ.get('LOCAL_RANK', 0)))
+    from torch.distributed import nn as _  # before the group: imported later (DDP does) it pins the group, destroy can't end it,
+    # and its gloo threads may free a tensor while Python exits: SIGABRT (see examples/train_digits.py)
     dist.init_process_group('nccl' if cuda else 'gloo', timeout=timedelta(seconds=timeout))
     try: r = train(epochs, lr, batch_size, seed)
     finally: dist.destroy_process_group()

@@ -10,6 +10,7 @@ Rank 0 writes {"losses": [mean loss of every epoch over all ranks], "digest": sh
 import argparse, hashlib, json, os
 import torch
 import torch.distributed as dist
+import torch.distributed.nn  # noqa: F401  imported before any group exists: see the end of main()
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler
@@ -69,6 +70,12 @@ def main():
     if rank == 0 and a.out:
         with open(a.out, 'w') as f:
             json.dump(dict(losses=losses, digest=digest, world_size=world_size, threads=torch.get_num_threads()), f)
+    # End the group for real before Python exits. Its gloo worker threads may still hold the last collective's
+    # tensor (`tot`); if they let go of it while the interpreter is finalizing, the process aborts (SIGABRT).
+    # Only the last reference to the group stops and joins them: DDP's reducer holds one (hence `del model`),
+    # and torch.distributed.nn pins the group as a default argument if first imported while it exists (DDP
+    # imports it), hence the import at the top.
+    del model
     dist.destroy_process_group()
 
 

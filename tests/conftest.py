@@ -1,4 +1,4 @@
-import os, sys, tempfile
+import os, shlex, signal, subprocess, sys, tempfile
 from pathlib import Path
 import pytest
 
@@ -42,3 +42,31 @@ def ddp_nb_bin():
     p = Path(sys.executable).parent / 'ddp_nb'
     assert p.exists(), "ddp_nb is not installed in this environment: pip install -e ."
     return str(p)
+
+
+def shown(r, limit: int = 20_000) -> str:
+    "A finished subprocess for an assertion message: its command, exit status and the ends of its stdout and stderr"
+    def tail(x):
+        x = x.decode(errors='replace') if isinstance(x, bytes) else (x or '')
+        return x if len(x) <= limit else f'[... {len(x) - limit} characters left out ...]\n' + x[-limit:]
+    cmd = r.args if isinstance(r.args, str) else shlex.join(map(str, r.args))
+    return f"$ {cmd}\nexit status {r.returncode}\n--- stdout ---\n{tail(r.stdout)}\n--- stderr ---\n{tail(r.stderr)}"
+
+
+def run(cmd, *, check: bool = True, timeout: float = 300, **kw) -> subprocess.CompletedProcess:
+    """`subprocess.run(cmd)` for tests: its output captured as text, and shown (with `shown`) when the test fails.
+    check: fail the test unless it exits 0. A process that runs past `timeout` is killed with its process group
+    (what it started too: torchrun's workers, a cluster's engines), and the test fails with what it had printed.
+    Assert on the result with the output as the message: `assert 'x' in r.stdout, shown(r)`."""
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True, **kw)
+    try: out, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        try: os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError: pass
+        try: out, err = p.communicate(timeout=30)
+        except subprocess.TimeoutExpired as e:  # something that left the group still holds the pipes
+            p.kill(); out, err = e.stdout, e.stderr
+        pytest.fail(f"ran past its {timeout} s limit (killed):\n" + shown(subprocess.CompletedProcess(cmd, p.wait(), out, err)))
+    r = subprocess.CompletedProcess(cmd, p.returncode, out, err)
+    if check and r.returncode != 0: pytest.fail("a subprocess failed:\n" + shown(r))
+    return r

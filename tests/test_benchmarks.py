@@ -1,16 +1,14 @@
 "The benchmarks run end to end in their reduced mode (numbers are not checked here: `python -m benchmarks` measures them)"
-import subprocess, sys
-from conftest import ROOT
+import sys
+from conftest import ROOT, run, shown
 
 
 def test_benchmarks_run(tmp_path, no_leftovers):
     out = tmp_path / 'results.md'
-    r = subprocess.run([sys.executable, '-m', 'benchmarks', '--fast', '--out', str(out)],
-                       cwd=ROOT, capture_output=True, text=True, timeout=900)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    r = run([sys.executable, '-m', 'benchmarks', '--fast', '--out', str(out)], cwd=ROOT, timeout=900)
     text = out.read_text()
     for section in ('1. Training throughput', '2. Warm cell', '3. Iteration with state', '4. Start-up',
                     '5. Monitoring overhead', '6. Memory', '7. GPU'):
         assert f'### {section}' in text, section
-    assert 'failed' not in text.split('### 2.')[0], text   # ddp_nb and torchrun must both run
-    assert '| yes |' in text   # bit-identical to torchrun, even in the short run
+    assert 'failed' not in text.split('### 2.')[0], text + shown(r)   # ddp_nb and torchrun must both run
+    assert '| yes |' in text, text + shown(r)   # bit-identical to torchrun, even in the short run

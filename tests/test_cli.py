@@ -1,13 +1,12 @@
 "The ddp_nb command: demo end to end, and cleanup of clusters whose owner died"
 import json, os, signal, subprocess, sys, time
-from conftest import ours
+from conftest import ours, run, shown
 
 
 def test_demo_writes_results(tmp_path, ddp_nb_bin, no_leftovers):
     out = tmp_path / 'demo'
-    r = subprocess.run([ddp_nb_bin, 'demo', '--epochs', '3', '--out', str(out)], capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert 'epoch   3/3' in r.stdout and str(out) in r.stdout
+    r = run([ddp_nb_bin, 'demo', '--epochs', '3', '--out', str(out)], timeout=300)
+    assert 'epoch   3/3' in r.stdout and str(out) in r.stdout, shown(r)
     res = json.loads((out / 'results.json').read_text())
     assert res['world_size'] == 2 and res['backend'] == 'gloo'
     assert len(res['losses']) == 3 and res['final_loss'] < res['losses'][0]
@@ -16,8 +15,8 @@ def test_demo_writes_results(tmp_path, ddp_nb_bin, no_leftovers):
 
 
 def test_demo_bad_input(ddp_nb_bin, tmp_path):
-    r = subprocess.run([ddp_nb_bin, 'demo', '--n', '0', '--out', str(tmp_path)], capture_output=True, text=True, timeout=60)
-    assert r.returncode != 0 and 'at least 1' in r.stderr
+    r = run([ddp_nb_bin, 'demo', '--n', '0', '--out', str(tmp_path)], check=False, timeout=60)
+    assert r.returncode != 0 and 'at least 1' in r.stderr, shown(r)
 
 
 OWNER = """
@@ -41,6 +40,6 @@ def test_cleanup_stops_cluster_of_a_killed_owner(ddp_nb_bin, no_leftovers):
     time.sleep(1)
     orphans = [q for q in ours() if q.environ().get('IPP_CLUSTER_ID') == cid]
     assert len(orphans) >= 5, "expected the killed owner's cluster to be orphaned (nothing watches its owner)"
-    r = subprocess.run([ddp_nb_bin, 'cleanup', '--ipython-dir', os.environ['IPYTHONDIR']], capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0 and cid in r.stdout, r.stdout + r.stderr
+    r = run([ddp_nb_bin, 'cleanup', '--ipython-dir', os.environ['IPYTHONDIR']], timeout=60)
+    assert cid in r.stdout, shown(r)
     assert [q for q in ours() if q.is_running()] == []

@@ -18,7 +18,7 @@ Needs root (network namespaces); skipped with a message otherwise. Measured time
 import io, json, os, shutil, signal, subprocess, sys, time
 from pathlib import Path
 import psutil, pytest
-from conftest import ROOT, ours
+from conftest import ROOT, ours, run
 from ddp_nb import DDPCluster
 from ddp_nb.cluster import cluster_procs, kill_procs
 from ddp_nb.core import make_cluster_id
@@ -40,7 +40,7 @@ def measured():
 
 
 def sh(*cmd, check=True):
-    return subprocess.run(cmd, capture_output=True, text=True, check=check)
+    return run(cmd, check=check, timeout=120)
 
 
 def _why_not():
@@ -83,7 +83,7 @@ class HostB:
         for _ in range(n):
             cmd = ['ip', 'netns', 'exec', self.ns, 'unshare', '--uts', 'sh', '-c',
                    f'hostname {B_NAME} && exec "$0" -m ipyparallel.engine --file="$1" --log-level=ERROR', sys.executable, engine_file]
-            self.procs.append(subprocess.Popen(cmd, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            self.procs.append(subprocess.Popen(cmd, env=env, start_new_session=True))
 
     def kill_all(self):
         "Host B goes down: every process there (engines and their nannies, which run in sessions of their own), at once"
@@ -115,8 +115,7 @@ def listening_here(pids):
 def start_engine_here(cluster_id, engine_file):
     "An engine started by hand on host A"
     subprocess.Popen([sys.executable, '-m', 'ipyparallel.engine', f'--file={engine_file}', '--log-level=ERROR'],
-                     env={**os.environ, 'IPP_CLUSTER_ID': cluster_id}, start_new_session=True,
-                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                     env={**os.environ, 'IPP_CLUSTER_ID': cluster_id}, start_new_session=True)
 
 
 def wait_file(path, timeout=60):
@@ -153,7 +152,7 @@ def test_two_hosts_in_network_namespaces(netns, no_leftovers):
     ipc = subprocess.Popen([sys.executable, '-m', 'ipyparallel.cluster', 'start', '-n', '2', f'--ip={A_IP}', f'--cluster-id={cid}',
                             '--delay=0', '--log-level=ERROR', '--Cluster.controller_args=--HeartMonitor.period=200',
                             '--Cluster.controller_args=--HeartMonitor.max_heartmonitor_misses=50'],  # as DDPCluster sets them
-                           env={**os.environ, 'IPP_CLUSTER_ID': cid}, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                           env={**os.environ, 'IPP_CLUSTER_ID': cid}, start_new_session=True)
     cl = None
     try:
         wait_file(engine_file)

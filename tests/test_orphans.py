@@ -7,6 +7,7 @@ from pathlib import Path
 from ddp_nb.cluster import cluster_procs
 from ddp_nb.core import cluster_owner
 from ddp_nb.engine_main import cluster_files
+from conftest import run, shown
 
 ROOT = Path(__file__).resolve().parent.parent
 GONE_WITHIN = 10  # seconds: the goal; measured: well under 1 s (printed)
@@ -103,9 +104,8 @@ def test_failing_notebook_under_nbdev_test_leaves_nothing(tmp_path, no_leftovers
     nbformat.write(nb, tmp_path / 'fails.ipynb')
     nbdev_test = str(Path(sys.executable).parent / 'nbdev_test')
     # --n_workers 1: the notebook runs in a process-pool worker, where atexit does not run
-    r = subprocess.run([nbdev_test, '--path', str(tmp_path / 'fails.ipynb'), '--n_workers', '1'], cwd=ROOT,
-                       capture_output=True, text=True, timeout=300)
-    assert r.returncode != 0 and 'fails on purpose' in r.stderr, r.stdout + r.stderr
+    r = run([nbdev_test, '--path', str(tmp_path / 'fails.ipynb'), '--n_workers', '1'], check=False, cwd=ROOT, timeout=300)
+    assert r.returncode != 0 and 'fails on purpose' in r.stderr, shown(r)
     cid = (tmp_path / 'cid').read_text()
     dt = wait_gone(cid)
     print(f"\nfailing notebook under nbdev_test: cluster gone {dt:.2f}s after nbdev_test returned")
@@ -113,7 +113,7 @@ def test_failing_notebook_under_nbdev_test_leaves_nothing(tmp_path, no_leftovers
 
 
 def _ddp_nb(bin, *args):
-    return subprocess.run([bin, *args], capture_output=True, text=True, timeout=120)
+    return run([bin, *args], check=False, timeout=120)
 
 
 def test_persistent_cluster_outlives_its_client_until_stopped(ddp_nb_bin, no_leftovers):
@@ -126,7 +126,7 @@ def test_persistent_cluster_outlives_its_client_until_stopped(ddp_nb_bin, no_lef
         procs = cluster_procs(cid)
         assert len(procs) >= 5  # ...and its cluster runs on
         r = _ddp_nb(ddp_nb_bin, 'list', '--json', '--ipython-dir', ipd)
-        assert r.returncode == 0, r.stderr
+        assert r.returncode == 0, shown(r)
         (c,) = [c for c in json.loads(r.stdout) if c['id'] == cid]
         assert c['persistent'] and not c['owner_alive'] and c['procs'] == len(procs) and c['owner'] == p.pid
         table = _ddp_nb(ddp_nb_bin, 'list', '--ipython-dir', ipd).stdout
@@ -139,14 +139,14 @@ def test_persistent_cluster_outlives_its_client_until_stopped(ddp_nb_bin, no_lef
         finally: rc.close()
         # cleanup leaves persistent clusters alone; stop ends them
         r = _ddp_nb(ddp_nb_bin, 'cleanup', '--ipython-dir', ipd)
-        assert r.returncode == 0 and cid not in r.stdout and cluster_procs(cid)
+        assert r.returncode == 0 and cid not in r.stdout and cluster_procs(cid), shown(r)
         t0 = time.monotonic()
         r = _ddp_nb(ddp_nb_bin, 'stop', cid)
         print(f"\nddp_nb stop {cid}: {r.stdout.strip()} in {time.monotonic() - t0:.2f}s")
-        assert r.returncode == 0 and cid in r.stdout, r.stderr
+        assert r.returncode == 0 and cid in r.stdout, shown(r)
         assert cluster_procs(cid) == [] and cluster_files(cid, c['profile_dir']) == []
         r = _ddp_nb(ddp_nb_bin, 'stop', cid)
-        assert r.returncode == 1 and 'No running ddp_nb cluster' in r.stderr and 'ddp_nb list' in r.stderr
+        assert r.returncode == 1 and 'No running ddp_nb cluster' in r.stderr and 'ddp_nb list' in r.stderr, shown(r)
     finally:
         if p.poll() is None: p.kill()
         from ddp_nb.cluster import kill_procs

@@ -1,7 +1,7 @@
 "`cl.run_script` runs an unchanged torchrun script: bit-identical to torchrun, the cluster usable afterwards, failures named"
-import json, os, subprocess, sys
+import json, os, sys
 import pytest
-from conftest import ROOT
+from conftest import ROOT, run
 from ddp_nb import DDPCluster
 from ddp_nb.launch import ScriptError
 
@@ -62,7 +62,7 @@ def test_run_script(tmp_path, capsys, no_leftovers):
 
     ref = tmp_path / 'torchrun.json'
     cmd = [sys.executable, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node=2', str(EXAMPLE), *ARGS, '--out', str(ref)]
-    subprocess.run(cmd, check=True, capture_output=True, timeout=300, env={**os.environ, 'OMP_NUM_THREADS': str(threads[0])})
+    run(cmd, timeout=300, env={**os.environ, 'OMP_NUM_THREADS': str(threads[0])})
     a, b = json.loads(ours.read_text()), json.loads(ref.read_text())
     assert a['losses'] == b['losses'], (a['losses'], b['losses'])  # exactly equal floats: bit-identical
     assert a['digest'] == b['digest'], "weights differ from torchrun's"

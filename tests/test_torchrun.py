@@ -1,6 +1,7 @@
 "ddp_nb's ranks and torchrun's workers, same code and seeds: bit-identical results"
-import json, os, subprocess, sys
+import json, os, sys
 import ipyparallel as ipp
+from conftest import run
 from ddp_nb import DDPCluster
 
 
@@ -19,7 +20,7 @@ def test_bit_identical_to_torchrun(tmp_path, ddp_nb_bin, no_leftovers):
     out = tmp_path / 'torchrun.json'
     cmd = [sys.executable, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node=2', '--no-python', ddp_nb_bin,
            'train-digits', '--epochs', '3', '--lr', '0.05', '--batch-size', '16', '--seed', '7', '--out', str(out)]
-    subprocess.run(cmd, check=True, timeout=300, env={**os.environ, 'OMP_NUM_THREADS': str(threads[0])})
+    run(cmd, timeout=300, env={**os.environ, 'OMP_NUM_THREADS': str(threads[0])})
     ref = json.loads(out.read_text())
     assert ref['losses'] == ours[0]['losses']
     assert ref['digest'] == ours[0]['digest']
