@@ -72,6 +72,7 @@ def _init():
     "Process group from torchrun's (or a launcher's) environment"
     import torch, torch.distributed as dist
     from datetime import timedelta
+    import torch.distributed.nn  # noqa: F401  before the group exists (see examples/train_digits.py): else it pins the group at exit
     torch.set_num_threads(int(os.environ.get('OMP_NUM_THREADS', 1)))
     dist.init_process_group('gloo', timeout=timedelta(seconds=120))
 
@@ -90,6 +91,8 @@ def main(argv=None):
     elif a.what == 'iterate': r = dict(loss=fresh_iteration(a.lr))
     else:
         t = torch.ones(1); dist.all_reduce(t); r = dict(sum=t.item())
+    import ddp_nb.digits as d
+    d._job.clear()  # the DDP model holds the group: drop it so destroy joins gloo's threads while Python still runs
     dist.destroy_process_group()
     if a.out and int(os.environ.get('RANK', 0)) == 0:
         with open(a.out, 'w') as f: json.dump(r, f)
