@@ -28,6 +28,7 @@ phase "nbdev_export, nbdev_clean and README change nothing" 300 bash -c "$(decla
 phase "nbdev_test (all notebooks, one at a time)" 1500 nbdev_test --n_workers 1 --timing
 phase "pytest tests/" 1800 python -m pytest tests -v -p no:cacheprovider --timeout 300 -ra
 [ -f build/browser/dashboard.png ] && echo "browser test screenshot of the live dashboard: $PWD/build/browser/dashboard.png"
-left=$(python -c "from ddp_nb.cluster import cluster_procs; print(len(cluster_procs()))")
-echo "ddp_nb cluster processes still running after the tests: $left"
+left=$(python -c "import sys; from ddp_nb.cli import clusters; print(sum(c['procs'] for c in clusters(sys.argv[1])))" "$IPYTHONDIR")
+echo "ddp_nb cluster processes the tests left running (their IPYTHONDIR): $left"
+[ "$left" = 0 ] || failed=1
 exit $failed
