@@ -27,7 +27,7 @@ in_sync() {  # nbdev_export / nbdev_clean / README must leave the tree as commit
 phase "nbdev_export, nbdev_clean and README change nothing" 300 bash -c "$(declare -f in_sync); in_sync"
 phase "nbdev_test (all notebooks, one at a time)" 1500 nbdev_test --n_workers 1 --timing
 phase "pytest tests/" 1800 python -m pytest tests -v -p no:cacheprovider --timeout 300 -ra
-[ -f build/browser/dashboard.png ] && echo "browser test screenshot of the live dashboard: $PWD/build/browser/dashboard.png"
+ls build/browser/dashboard-*.png >/dev/null 2>&1 && echo "browser test screenshots of the dashboard: $(ls $PWD/build/browser/dashboard-*.png | tr "\n" " ")"
 left=$(python -c "import sys; from ddp_nb.cli import clusters; print(sum(c['procs'] for c in clusters(sys.argv[1])))" "$IPYTHONDIR")
 echo "ddp_nb cluster processes the tests left running (their IPYTHONDIR): $left"
 [ "$left" = 0 ] || failed=1
