@@ -5,7 +5,6 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 if 'IPYTHONDIR' not in os.environ or not os.environ['IPYTHONDIR'].startswith(tempfile.gettempdir()):
     os.environ['IPYTHONDIR'] = tempfile.mkdtemp(prefix='ddp_nb-pytest-ipython-')  # never the user's profile
-os.environ.setdefault('IPP_NONINTERACTIVE', '1')
 
 
 def pytest_configure(config):

@@ -35,6 +35,7 @@ def lab(tmp_path):
     root = tmp_path / 'lab'; root.mkdir()
     nb = json.loads((ROOT / 'nbs' / '10_quickstart.ipynb').read_text())  # nbdev_clean drops the kernelspec: name one
     nb['metadata']['kernelspec'] = dict(name='python3', display_name='Python 3 (ipykernel)', language='python')
+    nb['cells'].insert(len(nb['cells']) - 1, dict(cell_type='code', metadata={}, outputs=[], execution_count=None, source=PX_CELL))
     (root / 'quickstart.ipynb').write_text(json.dumps(nb))
     settings = tmp_path / 'settings'  # every cell stays in the DOM (no windowing), and no news pop-up
     for name, cfg in (('notebook-extension/tracker', {'windowingMode': 'none'}),
@@ -63,6 +64,18 @@ def lab(tmp_path):
     p.terminate()
     try: p.wait(30)
     except subprocess.TimeoutExpired: p.kill(); p.wait()
+
+
+PX_RUNS, PX_LINES = 50, 3
+PX_CELL = f"""# PX_OUTPUT_CHECK: a printing %%px cell, {PX_RUNS} times, the ranks finishing at different times
+for i in range({PX_RUNS}):
+    get_ipython().run_cell_magic('px', '', f"import time\\nfor j in range({PX_LINES}):\\n    time.sleep(0.01 * rank)\\n    print(f'run {{i}} line {{{{j}}}} of rank {{{{rank}}}}')")
+"""
+
+JS_PX_OUTPUT = """() => {
+  const cell = [...document.querySelectorAll('.jp-Notebook .jp-CodeCell')].find(c => c.textContent.includes('PX_OUTPUT_CHECK'));
+  return cell ? [...cell.querySelectorAll('.jp-OutputArea-output')].map(o => o.innerText).join('\\n') : null;
+}"""
 
 
 JS_STATE = """() => {
@@ -146,6 +159,7 @@ def test_dashboard_moves_while_training_cell_runs(lab, no_leftovers):
             time.sleep(0.1)
         page.wait_for_timeout(500)
         final = page.evaluate(JS_STATE)
+        px_text = page.evaluate(JS_PX_OUTPUT)
         shots['stopped'] = _shot(page, 'dashboard-stopped.png')
         if 'during' not in shots: page.screenshot(path=str(SHOTS / 'dashboard-during.png'))
         b.close()
@@ -182,3 +196,9 @@ def test_dashboard_moves_while_training_cell_runs(lab, no_leftovers):
     assert [r['status'] for r in final['table']] == ['stopped', 'stopped'], final['table']
     assert final['loads'] == ['—', '—'] and 'cluster stopped' in final['head'], final
     for p in shots.values(): assert p.exists() and p.stat().st_size > 5_000, p
+    # every line every rank printed in a %%px cell reached the browser, labelled by its rank
+    assert px_text is not None, "the printing %%px cell has no output in the browser"
+    got = re.findall(r'^\[rank (\d+)\] run (\d+) line (\d+) of rank (\d+)$', px_text, re.M)
+    want = {(str(r), str(i), str(j), str(r)) for i in range(PX_RUNS) for j in range(PX_LINES) for r in range(2)}
+    print(f"%%px lines shown in the browser: {len(set(got) & want)} of {len(want)}")
+    assert set(got) == want and len(got) == len(want), (len(got), sorted(want - set(got))[:10], px_text[-2000:])

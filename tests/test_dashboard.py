@@ -8,7 +8,7 @@ from ddp_nb.dashboard import progress
 
 @pytest.fixture(autouse=True)
 def as_users_run(monkeypatch):
-    "Users never set IPP_NONINTERACTIVE: neither do these tests (conftest sets it for the notebook tests)"
+    "Users never set IPP_NONINTERACTIVE: neither do these tests (whatever the caller's environment says)"
     monkeypatch.delenv('IPP_NONINTERACTIVE', raising=False)
 
 

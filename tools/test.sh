@@ -3,7 +3,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export IPYTHONDIR="$(mktemp -d -t ddp_nb-ipython-XXXXXX)"   # private: our clusters are found (and cleaned) by it
-export IPP_NONINTERACTIVE=1                                  # %%px errors raise under nbdev_test instead of AlreadyDisplayed
+unset IPP_NONINTERACTIVE  # tests run as a user's notebook does; a test that needs it sets it for itself
 export PYTHONUNBUFFERED=1
 cleanup() { ddp_nb cleanup --all --ipython-dir "$IPYTHONDIR"; rm -rf "$IPYTHONDIR"; }
 trap cleanup EXIT

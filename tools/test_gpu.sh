@@ -26,7 +26,7 @@ PY=${GPU_PYTHON:-python3}
 PHASES=${GPU_PHASES:-pytest bench notebooks}
 BUDGET=${GPU_BUDGET_S:-570}
 SITE=${GPU_SITE:-/tmp/ddp_nb-gpu-site}
-export PYTHONUNBUFFERED=1 IPP_NONINTERACTIVE=1
+export PYTHONUNBUFFERED=1; unset IPP_NONINTERACTIVE  # as users run
 export IPYTHONDIR="$(mktemp -d -t ddp_nb-gpu-ipython-XXXXXX)"   # private: our clusters are found (and cleaned) by it
 : > "$OUT/phases.tsv"
 
