@@ -10,6 +10,7 @@ from multiprocessing.util import Finalize
 import psutil
 import ipyparallel as ipp
 from .core import *
+from .compat_ipp import controller_url, engine_uuids, noninteractive, pending_tasks
 from .engine_main import cluster_members
 
 # %% auto #0
@@ -310,7 +311,7 @@ def _await_registration(self:DDPCluster, n:int, # engines to wait for
     "Wait until `n` engines registered (failing at once if an engine set stops), with a progress bar in a notebook"
     fut = self._rc.wait_for_engines(n, timeout=self.start_timeout, block=False, interactive=False)
     bar = None
-    if _ipython() is not None and not ipp._NONINTERACTIVE:  # engines start in parallel: a count and the time, no per-engine rate
+    if _ipython() is not None and not noninteractive():  # engines start in parallel: a count and the time, no per-engine rate
         from tqdm.auto import tqdm
         bar = tqdm(total=n, desc='Engines registered', bar_format='{desc}: {n}/{total} {bar} {elapsed}', leave=False)
     try:
@@ -347,7 +348,7 @@ def _controller_addr(rc) -> str|None:
     "The address this client reaches the controller at"
     try:
         from urllib.parse import urlparse
-        return urlparse(rc._config['interface']).hostname
+        return urlparse(controller_url(rc)).hostname
     except Exception: return None
 
 @patch
@@ -443,7 +444,7 @@ def _task_status(self:DDPCluster) -> dict:
     "rank -> 'running' (a task is pending), 'idle' or 'dead' (unregistered), read from the client without sending anything"
     rc, out = self._rc, {}
     if rc is None: return out
-    engines, pending = getattr(rc, '_engines', {}), getattr(rc, '_outstanding_dict', {})
+    engines, pending = engine_uuids(rc), pending_tasks(rc)
     for p in self._plan:
         uuid = engines.get(p['engine_id'])
         out[p['rank']] = 'dead' if uuid is None else 'running' if pending.get(uuid) else 'idle'

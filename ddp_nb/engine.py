@@ -10,6 +10,8 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 from .core import host_identity, iface_of, local_ipv4, rank_device, route_source
+from .compat_ipp import engine_registration_url
+from .compat_torch import reset_accelerate_state, reset_group_count
 
 # %% auto #0
 __all__ = ['RankInfo', 'NET_VARS', 'host_name', 'engine_info', 'rank_info', 'net_info', 'setup_rank', 'forget_rank',
@@ -26,13 +28,11 @@ def host_name() -> str:
 
 def _controller_host() -> str|None:
     "The controller's address this engine registered with (None outside an ipyparallel engine)"
-    app = sys.modules.get('ipyparallel.engine.app')
-    try:
-        if app is not None and app.IPEngine.initialized():
-            from urllib.parse import urlparse
-            return urlparse(app.IPEngine.instance().registration_url).hostname
-    except Exception: pass
-    return None
+    url = engine_registration_url()
+    if url is None: return None
+    from urllib.parse import urlparse
+    try: return urlparse(url).hostname
+    except ValueError: return None
 
 def engine_info(peer:str|None=None, # where the notebook reaches the controller (used when this is not an engine)
                ) -> dict:
@@ -103,11 +103,7 @@ def forget_rank():
 # %% ../nbs/02_engine.ipynb #b7d95e13
 def reset_accelerate() -> bool: # False when this process has not imported accelerate
     "Forget Accelerate's cached state (PartialState, AcceleratorState, GradientState), so the next `Accelerator()` binds to the current group"
-    if 'accelerate' not in sys.modules: return False
-    from accelerate.state import AcceleratorState, GradientState
-    AcceleratorState._reset_state(reset_partial_state=True)
-    GradientState._reset_state()
-    return True
+    return reset_accelerate_state()
 
 # %% ../nbs/02_engine.ipynb #f3893bbb
 def _listen(host:str, # address to listen on
@@ -157,7 +153,7 @@ def drop_group():
     if dist.is_initialized(): dist.destroy_process_group()
     # a failed or interrupted init_process_group leaves the counter raised on that rank only: the ranks would then
     # disagree on the next group's name (its store prefix) and never meet
-    dist.distributed_c10d._world.group_count = 0
+    reset_group_count()
 
 def _joined(store, world_size):
     "Ranks that announced themselves in `store`"

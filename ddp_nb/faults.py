@@ -9,6 +9,7 @@ from pathlib import Path
 import psutil
 from .core import patch
 from .cluster import DDPCluster, _engine, _gather, stack_file
+from .compat_ipp import engine_launchers, launcher_process, replace_launcher_process, supervised_view, task_futures, task_name, task_output
 
 # %% auto #0
 __all__ = ['install_stack_dump', 'issued', 'health', 'death_cause', 'RankFailure', 'Interrupted', 'hang_limit', 'watched',
@@ -28,10 +29,8 @@ def install_stack_dump(path:str, # file the stacks are appended to
 
 def issued() -> int|None:
     "How many collectives this rank has issued on the default process group (None without one; 0 where torch does not count)"
-    import torch.distributed as dist
-    if not dist.is_initialized(): return None
-    pg = dist.distributed_c10d._get_default_group()
-    return pg._get_sequence_number_for_group() if hasattr(pg, '_get_sequence_number_for_group') else 0
+    from ddp_nb.compat_torch import issued_collectives
+    return issued_collectives()
 
 def health(timeout:float=2, # seconds the all-reduce may take
           ) -> bool:
@@ -71,15 +70,15 @@ class _RecordingProcess(psutil.Process):
 @patch
 def _launchers(self:DDPCluster):
     "ipyparallel's launcher of every engine this cluster started"
-    for es in (self._ipp.engines.values() if self._ipp is not None else []): yield from getattr(es, 'launchers', {}).values()
+    yield from engine_launchers(self._ipp)
 
 @patch
 def _watch_exits(self:DDPCluster):
     "Make ipyparallel's launchers record how each local engine exits"
     for l in self._launchers():
-        proc = getattr(l, 'process', None)
+        proc = launcher_process(l)
         if isinstance(proc, psutil.Process) and not isinstance(proc, _RecordingProcess):
-            try: l.process = _RecordingProcess(proc.pid)
+            try: replace_launcher_process(l, _RecordingProcess(proc.pid))
             except psutil.Error: pass
 
 # %% ../nbs/09_faults.ipynb #f7c09364
@@ -90,8 +89,8 @@ def _exit_code(self:DDPCluster, pid:int) -> int|None:
     l = next((l for l in self._launchers() if getattr(l, 'pid', None) == pid), None)
     if l is None: return None
     code = (getattr(l, 'stop_data', None) or {}).get('exit_code')
-    if code is None and getattr(l, 'process', None) is not None:
-        try: code = l.process.wait(0.5)
+    if code is None and launcher_process(l) is not None:
+        try: code = launcher_process(l).wait(0.5)
         except Exception: pass
     return code
 
@@ -205,7 +204,7 @@ def _child_state(fut) -> tuple:
 def _states(self:DDPCluster, ar) -> dict:
     "rank -> (state, error) for an AsyncResult with one task per rank"
     by_engine = self._rank_of_engine()
-    return {by_engine[eid]['rank']: _child_state(f) for eid, f in zip(ar._targets, ar._children) if eid in by_engine}
+    return {by_engine[eid]['rank']: _child_state(f) for eid, f in task_futures(ar) if eid in by_engine}
 
 # %% ../nbs/09_faults.ipynb #532b8652
 def _cell_label() -> str:
@@ -563,7 +562,7 @@ def _notice(self:DDPCluster, w:_Watch):
     w.failure = f = self._failure(w.states, w.first, w.ended, w.cell)
     try: w.ar.failure = f
     except Exception: pass
-    print(f"[ddp_nb] a task started in {w.cell} without waiting for it ({getattr(w.ar, '_fname', 'task')}) failed:\n"
+    print(f"[ddp_nb] a task started in {w.cell} without waiting for it ({task_name(w.ar)}) failed:\n"
           + (f.detail + '\n' if f.detail else '') + f.summary, file=sys.stderr, flush=True)
 
 @patch
@@ -573,25 +572,7 @@ def _claim_all(self:DDPCluster):
 
 def watched(cluster:DDPCluster, view):
     "`view` (a DirectView), its tasks supervised by `cluster`'s background watcher, blocking or not"
-    from ipyparallel.client.view import DirectView
-    class WatchedView(DirectView):
-        def _really_apply(self, f, args=None, kwargs=None, targets=None, block=None, **kw):
-            block = self.block if block is None else block
-            ar = super()._really_apply(f, args, kwargs, targets=targets, block=False, **kw)
-            if hasattr(ar, '_children'): cluster._watch(ar, blocking=block)
-            if not block: return ar
-            try: return ar.get()
-            except KeyboardInterrupt: return ar
-        def execute(self, code, silent=True, targets=None, block=None, **kw):
-            block = self.block if block is None else block
-            ar = super().execute(code, silent=silent, targets=targets, block=False, **kw)
-            cluster._watch(ar, blocking=block)
-            if block:
-                try: ar.get(); ar.wait_for_output()
-                except KeyboardInterrupt: pass
-            return ar
-    if type(view) is DirectView: view.__class__ = WatchedView
-    return view
+    return supervised_view(view, lambda ar, blocking: cluster._watch(ar, blocking=blocking))
 
 # %% ../nbs/09_faults.ipynb #7b2c9d04
 def rank_lines(lines:list, # whole lines printed by one rank
@@ -607,7 +588,7 @@ class RankOutput:
                  live_after:float|None=1.0, # seconds after which whole lines are shown as they arrive (None: only at the end)
                 ):
         self.ar, self.live_after, self.t0 = ar, live_after, time.monotonic()
-        self.kids = sorted((ranks[e], f) for e, f in zip(ar._targets, ar._children) if e in ranks)
+        self.kids = sorted((ranks[e], f) for e, f in task_futures(ar) if e in ranks)
         self.shown = {}  # (rank, 'stdout'|'stderr'|'outputs') -> lines or display outputs shown
 
     def show(self, final:bool=False, # the task is over: wait for its last output, show partial lines and results too
@@ -616,7 +597,7 @@ class RankOutput:
         if not final and (self.live_after is None or time.monotonic() - self.t0 < self.live_after): return
         if final and self.ar.ready(): self.ar.wait_for_output(10)  # results can come before the output sent ahead of them
         for r, f in self.kids:
-            md = f.output.metadata
+            md = task_output(f)
             for name in ('stdout', 'stderr'):
                 lines = (md[name] or '').split('\n')
                 n = self.shown.get((r, name), 0)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math, os, sys, threading, time
 from collections import deque
 from .core import host_identity, patch
+from .compat_ipp import on_uncaught_error
 
 # %% auto #0
 __all__ = ['PROGRESS_KEYS', 'to_number', 'nvml_uuid', 'nvml_facts', 'nvml_problem', 'gpu_handle', 'LoadSampler', 'Reporter',
@@ -188,13 +189,10 @@ def _hook_errors(self:Reporter):
     except ImportError: return
     sh = get_ipython()
     if sh is None: return
-    orig = sh.__dict__.get('_ddp_nb_showtraceback') or sh.showtraceback
-    sh._ddp_nb_showtraceback = orig
-    def showtraceback(*args, **kwargs):
+    def remember():
         et, ev, _ = sys.exc_info()
         self.error = (time.time(), f"{et.__name__}: {ev}"[:300] if et else 'error')
-        return orig(*args, **kwargs)
-    sh.showtraceback = showtraceback
+    on_uncaught_error(sh, remember)
     if not getattr(sh, '_ddp_nb_pre_run', None):
         sh._ddp_nb_pre_run = _cell_started
         sh.events.register('pre_execute', _cell_started)  # fires for silent executes too (view.execute)

@@ -18,6 +18,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 import torch.distributed as dist
+from .compat_torch import compress_hook
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler
 from .core import pid_alive
@@ -236,8 +237,7 @@ class ShardedLoader:
 # %% ../nbs/05_train.ipynb #9254a988
 def _bf16_cpu_hook(process_group, bucket):
     "torch's bf16 compression hook (torch's own refuses to run without NCCL; gloo all-reduces bf16 fine)"
-    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import _compress_hook
-    return _compress_hook(torch.bfloat16, process_group, bucket)
+    return compress_hook(torch.bfloat16, process_group, bucket)
 _bf16_cpu_hook.__annotations__['return'] = torch.futures.Future[torch.Tensor]  # DDP checks the annotation
 
 COMPRESSION = ('fp16', 'bf16', 'powersgd')

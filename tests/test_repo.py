@@ -53,3 +53,16 @@ def test_every_notebook_has_a_python3_kernelspec():
     for p in sorted((ROOT / 'nbs').glob('*.ipynb')):
         ks = json.loads(p.read_text())['metadata'].get('kernelspec', {})
         assert ks.get('name') == 'python3', f"{p.name} has no python3 kernelspec: JupyterLab would ask for a kernel"
+
+PRIVATE_REACHES = re.compile(r"\.(_outstanding_dict|_engines|_config|_targets|_children|_really_apply|_NONINTERACTIVE|_fname"
+                             r"|_get_sequence_number_for_group|_get_default_group|_world|_compress_hook|_reset_state)\b"
+                             r"|\.showtraceback\s*=|\.process\s*=")
+
+def test_private_reaches_only_in_compat():
+    "Every private API of ipyparallel, IPython, torch or Accelerate that ddp_nb uses is reached through compat_ipp or compat_torch"
+    found = [f"{p.name}:{i}: {l.strip()}" for p in sorted((ROOT / 'ddp_nb').glob('*.py'))
+             if not p.name.startswith(('compat_', '_modidx'))
+             for i, l in enumerate(p.read_text().splitlines(), 1) if PRIVATE_REACHES.search(l)]
+    assert not found, "reach these through ddp_nb.compat_ipp / ddp_nb.compat_torch:\n" + '\n'.join(found)
+    assert PRIVATE_REACHES.search((ROOT / 'ddp_nb' / 'compat_ipp.py').read_text())  # (the pattern finds them where they are)
+    assert PRIVATE_REACHES.search((ROOT / 'ddp_nb' / 'compat_torch.py').read_text())
