@@ -33,7 +33,8 @@ def _mm(v:str) -> tuple: # (major, minor)
 def outside_tested(dist:str, v:str|None, tested:dict, lowest:dict) -> str|None:
     "Why version `v` of `dist` is outside what was tested (None if it is within)"
     if v is None or dist not in tested: return None
-    if _mm(v) > _mm(tested[dist]): return f"{dist} {v} is newer than the newest ddp_nb was tested with ({tested[dist]})"
+    # a newer minor release is common and usually fine (each reach fails by name if not): only a newer major warns
+    if _mm(v)[0] > _mm(tested[dist])[0]: return f"{dist} {v} is a newer major version than ddp_nb was tested with ({tested[dist]})"
     if dist in lowest and _mm(v) < _mm(lowest[dist]): return f"{dist} {v} is older than ddp_nb supports ({lowest[dist]})"
     return None
 
