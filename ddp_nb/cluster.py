@@ -234,15 +234,10 @@ def _ipp_cluster(self:DDPCluster) -> ipp.Cluster:
     kw.setdefault('delay', 0)
     kw.setdefault('shutdown_atexit', False)  # our Finalize stops it at exit (also in pool workers, where atexit doesn't run)
     from traitlets.config import Config
-    from ddp_nb.engine_main import CONTROLLER_CMD, ENGINE_CMD, OWNER_ENV, owner_token
-    cfg = kw['config'] = Config(kw.get('config') or {})
+    from ddp_nb.engine_main import watch_owner
     # the controller and local engines end the whole cluster once this process is gone, unless it is persistent;
     # local engines import torch while they register (see ddp_nb.engine_main)
-    owner = {OWNER_ENV: '' if self.persistent else owner_token()}
-    for lc in [cfg.LocalControllerLauncher] + ([cfg.LocalEngineSetLauncher] if self.engines == 'local' else []):
-        lc.environment = {**owner, **lc.get('environment', {})}
-    if 'controller_cmd' not in cfg.LocalControllerLauncher: cfg.LocalControllerLauncher.controller_cmd = CONTROLLER_CMD
-    if self.engines == 'local' and 'engine_cmd' not in cfg.LocalEngineSetLauncher: cfg.LocalEngineSetLauncher.engine_cmd = ENGINE_CMD
+    cfg = kw['config'] = watch_owner(Config(kw.get('config') or {}), self.engines == 'local', self.persistent)
     cfg.LocalEngineLauncher.poll_seconds = 1  # how an engine died reaches us within a second (see faults._watch_exits)
     if self.engines != 'local': self._remote_config(cfg)
     c = ipp.Cluster(n=self.n, cluster_id=self.cluster_id, engines=self.engines, controller_args=args,

@@ -11,7 +11,7 @@ from .core import pid_alive
 
 # %% auto #0
 __all__ = ['OWNER_ENV', 'ENGINE_CMD', 'CONTROLLER_CMD', 'owner_token', 'owner_alive', 'wait_for_exit', 'cluster_members',
-           'cluster_files', 'end_cluster', 'start_owner_watch', 'main', 'controller_main']
+           'cluster_files', 'end_cluster', 'start_owner_watch', 'main', 'controller_main', 'watch_owner']
 
 # %% ../nbs/02b_engine_main.ipynb #19dfb2b1
 OWNER_ENV = 'DDP_NB_OWNER'  # 'pid:start time' of the process whose exit ends the cluster; '' for a persistent cluster
@@ -121,3 +121,15 @@ def controller_main():
 
 ENGINE_CMD = [sys.executable, '-c', 'from ddp_nb.engine_main import main; main()']
 CONTROLLER_CMD = [sys.executable, '-c', 'from ddp_nb.engine_main import controller_main; controller_main()']
+
+def watch_owner(cfg, # an ipyparallel `traitlets.config.Config`, changed in place
+                local_engines:bool=True, # also the local engines (not those other launchers start elsewhere)
+                persistent:bool=False, # no owner: the cluster outlives this process
+               ):
+    "Make the controller (and local engines) of an ipyparallel cluster started with `cfg` end once this process is gone"
+    owner = {OWNER_ENV: '' if persistent else owner_token()}
+    for lc in [cfg.LocalControllerLauncher] + ([cfg.LocalEngineSetLauncher] if local_engines else []):
+        lc.environment = {**owner, **lc.get('environment', {})}
+    if 'controller_cmd' not in cfg.LocalControllerLauncher: cfg.LocalControllerLauncher.controller_cmd = CONTROLLER_CMD
+    if local_engines and 'engine_cmd' not in cfg.LocalEngineSetLauncher: cfg.LocalEngineSetLauncher.engine_cmd = ENGINE_CMD
+    return cfg
