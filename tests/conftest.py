@@ -10,7 +10,7 @@ if 'IPYTHONDIR' not in os.environ or not os.environ['IPYTHONDIR'].startswith(tem
 def pytest_configure(config):
     config.addinivalue_line('markers', 'gpu: needs a CUDA GPU; skipped without one (`make test-gpu` runs them: tools/test_gpu.sh)')
 
-from ddp_nb.cluster import cluster_procs
+from ddp_nb.processes import cluster_procs
 from ddp_nb.cli import cleanup
 
 

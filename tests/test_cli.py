@@ -23,7 +23,7 @@ OWNER = """
 import sys, time
 from traitlets.config import Config
 from ddp_nb import DDPCluster
-# ipyparallel's own commands run no owner watch (ddp_nb.engine_main): killing this process orphans the cluster
+# ipyparallel's own commands run no owner watch (ddp_nb.processes): killing this process orphans the cluster
 cfg = Config(LocalControllerLauncher=dict(controller_cmd=[sys.executable, '-m', 'ipyparallel.controller']),
              LocalEngineSetLauncher=dict(engine_cmd=[sys.executable, '-m', 'ipyparallel.engine']))
 cl = DDPCluster(n=2, config=cfg).start()

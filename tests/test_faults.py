@@ -54,7 +54,7 @@ class Kernel:
 def k():
     assert ours() == []
     kern = Kernel()
-    _, out, err, _ = kern.run("from ddp_nb import DDPCluster\nfrom ddp_nb.cluster import cluster_procs\n"
+    _, out, err, _ = kern.run("from ddp_nb import DDPCluster\nfrom ddp_nb.processes import cluster_procs\n"
                               "cl = DDPCluster(n=2).start()\nn_procs = len(cluster_procs(cl.cluster_id))")
     assert err is None, out
     yield kern

@@ -29,7 +29,7 @@ def cl():
 # ---------------------------------------------------------------- the cluster on the GPU
 
 def test_ddp_nb_counts_the_gpus_torch_sees():
-    from ddp_nb.cluster import local_gpus
+    from ddp_nb.host import local_gpus
     assert local_gpus() == N_GPUS, (f"ddp_nb.cluster.local_gpus() = {local_gpus()} (it counts /proc/driver/nvidia/gpus) but torch "
                                     f"sees {N_GPUS}: DDPCluster() would pick the wrong backend and engine count here")
     c = DDPCluster()   # nothing starts until start()
@@ -85,9 +85,10 @@ def test_quickstart_digits_bit_identical_to_torchrun(cl, tmp_path):
 def _report_under_sync_check(steps):
     "Train on the GPU calling report(loss=cuda tensor) every step with torch's sync check set to 'error'; then a control"
     import torch, torch.nn as nn, torch.nn.functional as F
-    import ddp_nb.report as R
-    addr, rank = R._reporter.addr, R._reporter.rank
-    R.connect(addr, rank, interval=3600)   # the sender thread waits: its .item() (off the training thread) would trip the check too
+    from ddp_nb.context import ctx
+    from ddp_nb.report import connect
+    addr, rank = ctx.reporter.addr, ctx.reporter.rank
+    connect(addr, rank, interval=3600)   # the sender thread waits: its .item() (off the training thread) would trip the check too
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 10)).to(device)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -107,8 +108,8 @@ def _report_under_sync_check(steps):
         try: step().item(); out['control'] = None   # a real sync must trip the check, or the test proves nothing
         except RuntimeError as e: out['control'] = str(e)[:200]
     finally: torch.cuda.set_sync_debug_mode(prev)
-    R._reporter.flush()                    # now the points go out (the sender's .item() outside the check)
-    R.connect(addr, rank)                  # the usual 100 ms sender again
+    ctx.reporter.flush()                    # now the points go out (the sender's .item() outside the check)
+    connect(addr, rank)                  # the usual 100 ms sender again
     return out
 
 
@@ -131,11 +132,12 @@ def _fit_syncs():
     """Device syncs during fit() epochs (after a warm-up epoch), counted with torch's sync check in 'warn' mode (the Python
     thread's: a sync inside backward, on autograd's device thread, would print rather than count)"""
     import collections, os, warnings, torch
-    import ddp_nb.report as R
+    from ddp_nb.context import ctx
+    from ddp_nb.report import connect
     from ddp_nb.train import seed_everything, wrap_model, ShardedLoader, fit
     from ddp_nb.digits import digits_data, DigitsNet
-    addr, rank = R._reporter.addr, R._reporter.rank
-    R.connect(addr, rank, interval=3600)
+    addr, rank = ctx.reporter.addr, ctx.reporter.rank
+    connect(addr, rank, interval=3600)
     seed_everything(0)
     model = wrap_model(DigitsNet())
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
@@ -146,7 +148,7 @@ def _fit_syncs():
         torch.cuda.set_sync_debug_mode('warn')
         try: r = fit(model, loader, opt, epochs=3)
         finally: torch.cuda.set_sync_debug_mode('default')
-    R._reporter.flush(); R.connect(addr, rank)
+    ctx.reporter.flush(); connect(addr, rank)
     where = collections.Counter(f"{os.path.basename(w.filename)}:{w.lineno}" for w in ws if 'synchroniz' in str(w.message))
     return dict(syncs=sum(where.values()), where=dict(where), steps=2 * len(loader), losses=r['losses'])
 

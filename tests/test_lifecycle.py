@@ -2,7 +2,7 @@
 import os, signal, time
 import psutil, pytest
 from ddp_nb import DDPCluster
-from ddp_nb.cluster import cluster_procs
+from ddp_nb.processes import cluster_procs
 
 
 def test_stop_leaves_no_process(no_leftovers):
@@ -12,8 +12,8 @@ def test_stop_leaves_no_process(no_leftovers):
     assert len(procs) >= 5, [p.cmdline() for p in procs]
     engine_pids = [r.pid for r in cl.ranks]
     assert all(psutil.pid_exists(p) for p in engine_pids)
-    # local engines start warm: torch is imported while they register (ddp_nb.engine_main)
-    assert all('ddp_nb.engine_main' in ' '.join(psutil.Process(p).cmdline()) for p in engine_pids)
+    # local engines start warm: torch is imported while they register (ddp_nb.processes)
+    assert all('ddp_nb.processes import engine_main' in ' '.join(psutil.Process(p).cmdline()) for p in engine_pids)
     cl.stop()
     assert cluster_procs(cl.cluster_id) == []
     assert not any(psutil.pid_exists(p) for p in engine_pids)

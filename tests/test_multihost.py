@@ -20,9 +20,9 @@ from pathlib import Path
 import psutil, pytest
 from conftest import ROOT, ours, run
 from ddp_nb import DDPCluster
-from ddp_nb.cluster import cluster_procs, kill_procs
+from ddp_nb.processes import cluster_procs, kill_procs
 from ddp_nb.core import make_cluster_id
-from ddp_nb.faults import RankFailure
+from ddp_nb.supervise import RankFailure
 
 IF = 'ddpnb0'                          # the same interface name on both hosts: GLOO_SOCKET_IFNAME is then one name everywhere
 A_IP, B_IP = '10.213.7.1', '10.213.7.2'  # a private /24 of the test's own, inside the sandbox

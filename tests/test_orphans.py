@@ -4,9 +4,9 @@ Processes are counted by cluster id (IPP_CLUSTER_ID), never by name. Deadlines h
 measured on a loaded 2-core machine; the measured times are printed (pytest -s)."""
 import json, os, signal, subprocess, sys, time
 from pathlib import Path
-from ddp_nb.cluster import cluster_procs
+from ddp_nb.processes import cluster_procs
 from ddp_nb.core import cluster_owner
-from ddp_nb.engine_main import cluster_files
+from ddp_nb.processes import cluster_files
 from conftest import run, shown
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -44,7 +44,7 @@ def test_killed_client_takes_its_cluster_along(no_leftovers):
     profile = procs[0].environ()['IPP_PROFILE_DIR']
     assert cluster_files(cid, profile)
     # one engine is stopped (as if stuck): it cannot watch, so the controller or the other engine must end it
-    stuck = next(q for q in procs if 'engine_main import main' in ' '.join(q.cmdline()))
+    stuck = next(q for q in procs if 'processes import engine_main' in ' '.join(q.cmdline()))
     stuck.suspend()
     os.kill(p.pid, signal.SIGKILL); p.wait()
     dt = wait_gone(cid)
@@ -149,5 +149,5 @@ def test_persistent_cluster_outlives_its_client_until_stopped(ddp_nb_bin, no_lef
         assert r.returncode == 1 and 'No running ddp_nb cluster' in r.stderr and 'ddp_nb list' in r.stderr, shown(r)
     finally:
         if p.poll() is None: p.kill()
-        from ddp_nb.cluster import kill_procs
+        from ddp_nb.processes import kill_procs
         kill_procs(cluster_procs(cid))

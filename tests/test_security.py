@@ -5,7 +5,7 @@ import os, re, stat
 from pathlib import Path
 import psutil
 from ddp_nb import DDPCluster
-from ddp_nb.cluster import cluster_procs
+from ddp_nb.processes import cluster_procs
 
 LOOPBACK = {'127.0.0.1', '::1', '::ffff:127.0.0.1'}
 

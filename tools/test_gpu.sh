@@ -142,7 +142,7 @@ esac; done
 
 left=$("$PY" -c "
 import os
-from ddp_nb.cluster import cluster_procs
+from ddp_nb.processes import cluster_procs
 def mine(p):
     try: return p.environ().get('IPYTHONDIR') == os.environ['IPYTHONDIR']
     except Exception: return False

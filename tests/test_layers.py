@@ -1,0 +1,65 @@
+"""The floor plan holds: two stacks over a shared base, imports only look down, the kernel side never imports torch,
+and calls into the engines go by reference. The layering rule itself is written in the README ("How the code is laid
+out"); this test is that rule, executable."""
+import ast, subprocess, sys
+from pathlib import Path
+from conftest import ROOT, run
+
+# every module of ddp_nb: (side, floor). A module may import only modules on lower floors of its own side or of 'shared';
+# the kernel side may also name rank-side functions (to send them by reference), never the other way round.
+LAYERS = {
+    'core': ('shared', 0), 'host': ('shared', 1), 'compat_ipp': ('shared', 1), 'compat_torch': ('shared', 2), 'processes': ('shared', 2),
+    'context': ('rank', 3), 'report': ('rank', 4), 'rank': ('rank', 5), 'scripts': ('rank', 6), 'train': ('rank', 6), 'digits': ('rank', 7),
+    'ranks': ('kernel', 8), 'engines': ('kernel', 8), 'dashboard': ('kernel', 8), 'group': ('kernel', 9), 'supervise': ('kernel', 9),
+    'magics': ('kernel', 10), 'launch': ('kernel', 10), 'cluster': ('kernel', 11), 'cli': ('kernel', 12),
+}
+LIGHT_RANK_SIDE = {'context', 'report', 'rank', 'scripts'}  # rank-side modules the kernel may import at the top: no torch there
+PKG = ROOT / 'ddp_nb'
+
+
+def imports(path:Path, top_only:bool) -> set[str]:
+    "ddp_nb modules `path` imports (at module level only, or anywhere)"
+    tree, out = ast.parse(path.read_text()), set()
+    nodes = tree.body if top_only else list(ast.walk(tree))
+    for n in nodes:
+        if isinstance(n, ast.ImportFrom) and n.level == 1: out.add((n.module or '').split('.')[0] or next(a.name for a in n.names))
+        elif isinstance(n, ast.ImportFrom) and (n.module or '').startswith('ddp_nb'):
+            mod = n.module.split('.')[1] if '.' in n.module else None
+            out |= {mod} if mod else {a.name for a in n.names if a.name in LAYERS}
+        elif isinstance(n, ast.Import): out |= {a.name.split('.')[1] for a in n.names if a.name.startswith('ddp_nb.')}
+    return out & set(LAYERS)
+
+
+def test_every_module_has_a_place():
+    mods = {p.stem for p in PKG.glob('*.py')} - {'__init__', '_modidx'}
+    assert mods == set(LAYERS), f"modules without a floor: {mods - set(LAYERS)}; floors without a module: {set(LAYERS) - mods}"
+
+
+def test_imports_only_look_down():
+    bad = []
+    for m, (side, floor) in LAYERS.items():
+        for d in imports(PKG / f'{m}.py', top_only=False):
+            dside, dfloor = LAYERS[d]
+            ok = dfloor < floor and (dside in ('shared', side) or (side == 'kernel' and dside == 'rank'))
+            if not ok: bad.append(f"{m} ({side} {floor}) imports {d} ({dside} {dfloor})")
+    assert not bad, "imports that run up or across:\n" + '\n'.join(bad)
+
+
+def test_kernel_side_imports_only_light_rank_modules_at_the_top():
+    heavy = {m: imports(PKG / f'{m}.py', top_only=True) & (set(k for k, (s, _) in LAYERS.items() if s == 'rank') - LIGHT_RANK_SIDE)
+             for m, (side, _) in LAYERS.items() if side == 'kernel'}
+    assert not any(heavy.values()), f"kernel-side modules that import torch-heavy rank modules at import time: {heavy}"
+
+
+def test_no_calls_by_string_and_no_reaches_through_sys_modules():
+    for p in PKG.glob('*.py'):
+        text = p.read_text()
+        assert "_engine('" not in text and '_engine("' not in text, f"{p.name} calls engine code by a string"
+        assert "sys.modules.get('ddp_nb" not in text and 'sys.modules.get("ddp_nb' not in text, f"{p.name} reaches another module through sys.modules"
+
+
+def test_the_kernel_side_never_imports_torch():
+    code = ("import sys\nfrom ddp_nb import DDPCluster\nimport ddp_nb.cli, ddp_nb.launch, ddp_nb.magics, ddp_nb.supervise\n"
+            "heavy = sorted(m for m in ('torch', 'sklearn', 'ipywidgets') if m in sys.modules)\nassert not heavy, heavy\nprint('light')")
+    r = run([sys.executable, '-c', code], check=False, timeout=120)
+    assert r.returncode == 0 and 'light' in r.stdout, r.stdout + r.stderr
