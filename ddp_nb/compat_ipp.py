@@ -11,7 +11,7 @@ from importlib.metadata import version, PackageNotFoundError
 __all__ = ['tested_versions', 'min_versions', 'CompatError', 'installed', 'outside_tested', 'missing', 'check_versions',
            'engine_uuids', 'pending_tasks', 'controller_url', 'noninteractive', 'task_futures', 'has_task_futures',
            'task_output', 'task_name', 'supervised_view', 'engine_launchers', 'launcher_process',
-           'replace_launcher_process', 'engine_registration_url', 'on_uncaught_error']
+           'replace_launcher_process', 'engine_registration_url', 'on_uncaught_error', 'bind_engine_kernel']
 
 # %% ../nbs/00b_compat_ipp.ipynb #72e936ea
 tested_versions = dict(ipyparallel='9.2', IPython='9.18')  # major.minor the tests of this module ran against
@@ -160,6 +160,15 @@ def on_uncaught_error(shell, # an IPython InteractiveShell
         fn()
         return orig(*args, **kwargs)
     shell.showtraceback = showtraceback
+
+# %% ../nbs/00b_compat_ipp.ipynb #2a8646a3
+def bind_engine_kernel() -> str: # the kernel's connection file, for `jupyter console --existing`
+    "On an engine: `ipyparallel.bind_kernel()` and the connection file it wrote (`IPEngine.instance().kernel_app.abs_connection_file`, tested with ipyparallel 9.2)"
+    import ipyparallel
+    from ipyparallel.engine.app import IPEngine
+    ipyparallel.bind_kernel()
+    try: return IPEngine.instance().kernel_app.abs_connection_file
+    except AttributeError: raise missing('IPEngine.kernel_app.abs_connection_file') from None
 
 # %% ../nbs/00b_compat_ipp.ipynb #6f2e90b5
 check_versions()

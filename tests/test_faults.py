@@ -192,7 +192,7 @@ def wait_for_notice(k, t_sent, says='[ddp_nb', limit=15):
     "Run a waiting cell until the background watcher's notice shows; seconds from `t_sent` to the notice, and the output"
     t0 = time.monotonic()
     _, out, err, msgs = k.run(f"import time\nt0 = time.monotonic()\nwhile time.monotonic() - t0 < {limit}:\n"
-                              "    time.sleep(0.05)\n    if getattr(cl._last_ar, 'failure', None) is not None: break\n"
+                              "    time.sleep(0.05)\n    if getattr(cl._sup.last_ar, 'failure', None) is not None: break\n"
                               "time.sleep(0.3)", timeout=limit + 30, at={0: lambda: None})
     seen = [t for t, text in msgs if says in text]
     return (t0 - t_sent + seen[0] if seen else None), out
@@ -203,10 +203,10 @@ def test_noblock_one_rank_raises_others_released_within_5s(k, how):
     "Tasks nobody waits for get the blocking cell's deadline: rank 1 raises, rank 0 (in an all-reduce) is ended and named"
     code = "if rank == 1: raise ValueError('rank one broke')\nt = torch.ones(1); dist.all_reduce(t)"
     send = {'px-noblock': f"%%px --noblock\n{code}",
-            'view-execute': f"cl._last_ar = cl.view.execute({code!r}, block=False)",
+            'view-execute': f"cl._sup.last_ar = cl.view.execute({code!r}, block=False)",
             'apply-async': "def step():\n    import torch, torch.distributed as dist\n"
                            "    if dist.get_rank() == 1: raise ValueError('rank one broke')\n"
-                           "    t = torch.ones(1); dist.all_reduce(t)\ncl._last_ar = cl.view.apply_async(step)"}[how]
+                           "    t = torch.ones(1); dist.all_reduce(t)\ncl._sup.last_ar = cl.view.apply_async(step)"}[how]
     t_sent = time.monotonic()
     _, out, err, _ = k.run(send)
     assert err is None, out
