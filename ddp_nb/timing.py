@@ -72,7 +72,7 @@ class GradWait:
     def __init__(self, params, # the model's parameters
                  clock, # makes the marks
                 ):
-        self.clock, self.calls, self.dones, self.last, self.queued, self.learning = clock, [], [], None, False, True
+        self.clock, self.calls, self.dones, self.last, self.queued, self.learning, self.requeue = clock, [], [], None, False, True, True
         ps = [p for p in params if p.requires_grad]
         self.handles = [p.register_post_accumulate_grad_hook(self._hook(i)) for i, p in enumerate(ps)]
         self.order = []  # parameter indices in the order their gradients were ready (first backward only)
@@ -83,7 +83,9 @@ class GradWait:
             if self.learning: self.order.append(i)
             if not self.queued: self.queued = True; _queue(self._requeue)
         return ready
-    def _requeue(self): _queue(self._done)
+    def _requeue(self):
+        if self.requeue: _queue(self._done)
+        else: self._done()
     def _done(self):
         self.calls.append(self.last); self.dones.append(self.clock.mark()); self.queued = False
         if self.learning and self.order:  # keep only the hook of the parameter that was ready last
@@ -91,6 +93,8 @@ class GradWait:
             for i, h in enumerate(self.handles):
                 if i != keep: h.remove()
             self.handles, self.learning = [self.handles[keep]], False
+            # DDP queued its wait at the first gradient: a later one queues after it, and needs no second callback
+            self.requeue = len(self.order) == 1
 
     def take(self) -> tuple:
         "(ends of backward computation, ends of DDP's wait) since the last take"
@@ -108,6 +112,23 @@ def _send(step, **metrics):
     "Report to the notebook's collector (a no-op outside a cluster)"
     from ddp_nb.report import report
     report(step, **metrics)
+
+class _Phase:
+    "`with timer.phase(name):` (a class: cheaper than a generator context manager)"
+    __slots__ = ('timer', 'name', 'prev')
+    def __init__(self, timer, name): self.timer, self.name = timer, name
+    def __enter__(self):
+        self.prev = self.timer.current or 'compute'; self.timer.mark(self.name); return self.timer
+    def __exit__(self, *exc): self.timer.mark(self.prev)
+
+class _Step:
+    "`with timer.step(i):`"
+    __slots__ = ('timer', 'step')
+    def __init__(self, timer, step): self.timer, self.step = timer, step
+    def __enter__(self):
+        if not self.timer.marks: self.timer.mark('compute')
+        return self.timer
+    def __exit__(self, *exc): self.timer.end(self.step)
 
 class StepTimer:
     "Splits each training step of this rank into data wait, compute, communication wait and optimizer time, and reports it"
@@ -133,13 +154,9 @@ class StepTimer:
         "The phase running now, or None between steps"
         return self.marks[-1][0] if self.marks else None
 
-    @contextmanager
     def phase(self, name:str):
-        "Run the body as phase `name`, then return to the phase before it (compute, by default)"
-        prev = self.current or 'compute'
-        self.mark(name)
-        try: yield self
-        finally: self.mark(prev)
+        "Run the body (`with timer.phase('opt'):`) as phase `name`, then return to the phase before it (compute, by default)"
+        return _Phase(self, name)
     def data(self): "The body is data wait"; return self.phase('data')
     def compute(self): "The body is forward/backward"; return self.phase('compute')
     def comm(self): "The body is communication you call yourself"; return self.phase('comm')
@@ -170,12 +187,9 @@ class StepTimer:
         if self.pending: self.clock.sync()
         self._drain()
 
-    @contextmanager
     def step(self, step:int|None=None): # the step number to report; None: one more than the last
-        "Run the body as one step (compute unless marked otherwise); a data wait timed just before it belongs to it"
-        if not self.marks: self.mark('compute')
-        try: yield self
-        finally: self.end(step)
+        "Run the body (`with timer.step(i):`) as one step, compute unless marked otherwise; a data wait timed just before it belongs to it"
+        return _Step(self, step)
 
     def iter(self, iterable):
         "Yield from `iterable`, timing each `next()` as the data wait of the step it starts"
