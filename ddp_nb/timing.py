@@ -72,7 +72,7 @@ class GradWait:
     def __init__(self, params, # the model's parameters
                  clock, # makes the marks
                 ):
-        self.clock, self.calls, self.dones, self.last, self.queued, self.learning, self.requeue = clock, [], [], None, False, True, True
+        self.clock, self.calls, self.dones, self.last, self.queued, self.learning = clock, [], [], None, False, True
         ps = [p for p in params if p.requires_grad]
         self.handles = [p.register_post_accumulate_grad_hook(self._hook(i)) for i, p in enumerate(ps)]
         self.order = []  # parameter indices in the order their gradients were ready (first backward only)
@@ -83,9 +83,7 @@ class GradWait:
             if self.learning: self.order.append(i)
             if not self.queued: self.queued = True; _queue(self._requeue)
         return ready
-    def _requeue(self):
-        if self.requeue: _queue(self._done)
-        else: self._done()
+    def _requeue(self): _queue(self._done)
     def _done(self):
         self.calls.append(self.last); self.dones.append(self.clock.mark()); self.queued = False
         if self.learning and self.order:  # keep only the hook of the parameter that was ready last
@@ -93,8 +91,6 @@ class GradWait:
             for i, h in enumerate(self.handles):
                 if i != keep: h.remove()
             self.handles, self.learning = [self.handles[keep]], False
-            # DDP queued its wait at the first gradient: a later one queues after it, and needs no second callback
-            self.requeue = len(self.order) == 1
 
     def take(self) -> tuple:
         "(ends of backward computation, ends of DDP's wait) since the last take"
