@@ -10,7 +10,7 @@ from contextlib import contextmanager
 
 # %% auto #0
 __all__ = ['ALIASES', 'BASE_KEYS', 'LABELS', 'CpuClock', 'CudaClock', 'pick_clock', 'breakdown', 'GradWait', 'StepTimer',
-           'straggler_verdict']
+           'straggler_verdict', 'rank_breakdown', 'breakdown_table']
 
 # %% ../nbs/33_timing.ipynb #210daa27
 class CpuClock:
@@ -247,3 +247,31 @@ def straggler_verdict(history, # `cl.history`, its `.records()` or `.to_frame()`
     return (f"rank {slow} is {how}: its {LABELS.get(cause, cause[2:])} is {med(slow, get(cause)):.0f} ms/step "
             f"(others {med(slow, get(cause)) - excess[cause]:.0f}); the other ranks wait for it in all-reduce "
             f"(comm wait {wait:.0f} ms/step)")
+
+# %% ../nbs/33_timing.ipynb #f1946dc7
+def rank_breakdown(history, # `cl.history`, its `.records()` or `.to_frame()`
+                   run:int|None=None, # the run; None: the newest with step times
+                   window:int=50, # the last this many steps of each rank
+                  ) -> dict: # {rank: {'t_data': median ms, ...}}
+    "Median milliseconds per phase of each rank's last `window` steps"
+    recs = [r for r in _rows(history) if _ok(r.get('t_step'))]
+    if run is None: run = max((r.get('run', 0) for r in recs), default=0)
+    by = {}
+    for r in recs:
+        if r.get('run', 0) == run: by.setdefault(int(r['rank']), []).append(r)
+    out = {}
+    for rk, rs in sorted(by.items()):
+        rs = sorted(rs, key=lambda r: r['step'])[-window:]
+        keys = sorted({k for r in rs for k in r if k.startswith('t_') and _ok(r[k])}, key=lambda k: (k == 't_step', k))
+        out[rk] = {k: statistics.median(r[k] for r in rs if _ok(r.get(k))) for k in keys}
+    return out
+
+def breakdown_table(bd:dict, # from `rank_breakdown`
+                   ) -> str: # markdown
+    "Per-rank step breakdown as a markdown table (ms per step)"
+    keys = [k for k in ('t_data', 't_compute', 't_comm', 't_opt', 't_other') if any(k in v for v in bd.values())]
+    keys += sorted({k for v in bd.values() for k in v} - set(keys) - {'t_step'}) + ['t_step']
+    head = '| rank | ' + ' | '.join(LABELS.get(k, k[2:]) if k != 't_comm' else 'comm wait' for k in keys) + ' |'
+    head = head.replace('time outside the marked phases', 'other')
+    rows = ['| ' + ' | '.join([str(rk)] + [f"{v.get(k, 0.):.1f}" for k in keys]) + ' |' for rk, v in bd.items()]
+    return '\n'.join([head, '|' + '---|' * (len(keys) + 1)] + rows)
