@@ -161,7 +161,7 @@ def on_uncaught_error(shell, # an IPython InteractiveShell
         return orig(*args, **kwargs)
     shell.showtraceback = showtraceback
 
-# %% ../nbs/00b_compat_ipp.ipynb #2a8646a3
+# %% ../nbs/00b_compat_ipp.ipynb #91e2fe39
 def bind_engine_kernel() -> str: # the kernel's connection file, for `jupyter console --existing`
     "On an engine: `ipyparallel.bind_kernel()` and the connection file it wrote (`IPEngine.instance().kernel_app.abs_connection_file`, tested with ipyparallel 9.2)"
     import ipyparallel

@@ -11,7 +11,7 @@ from .compat_ipp import CompatError, installed, check_versions as _check, missin
 
 # %% auto #0
 __all__ = ['tested_versions', 'min_versions', 'missing', 'check_versions', 'issued_collectives', 'reset_group_count',
-           'compress_hook', 'reset_accelerate_state']
+           'compress_hook', 'queue_autograd_callback', 'reset_accelerate_state']
 
 # %% ../nbs/00c_compat_torch.ipynb #f324a3c1
 tested_versions = dict(torch='2.13', accelerate='1.15')  # major.minor the tests of this module ran against
@@ -50,6 +50,14 @@ def compress_hook(dtype:torch.dtype, # the dtype gradients travel in
     f = getattr(default_hooks, '_compress_hook', None)
     if f is None: raise missing('ddp_comm_hooks.default_hooks._compress_hook')
     return f(dtype, process_group, bucket)
+
+# %% ../nbs/00c_compat_torch.ipynb #5e9f0a21
+def queue_autograd_callback(cb, # called with no arguments
+                           ):
+    "Run `cb` once the current backward pass ends (`Variable._execution_engine.queue_callback`, what DDP itself uses; tested with torch 2.13)"
+    eng = getattr(torch.autograd.Variable, '_execution_engine', None)
+    if eng is None or not hasattr(eng, 'queue_callback'): raise missing('torch.autograd.Variable._execution_engine.queue_callback')
+    eng.queue_callback(cb)
 
 # %% ../nbs/00c_compat_torch.ipynb #3309f68d
 def reset_accelerate_state() -> bool: # False when this process has not imported accelerate

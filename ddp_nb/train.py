@@ -9,7 +9,7 @@ __all__ = ['COMPRESSION', 'seed_everything', 'rng_state', 'set_rng_state', 'Resu
            'checkpoints', 'atomic_save', 'save_checkpoint', 'CheckpointError', 'read_checkpoint', 'load_checkpoint',
            'fit']
 
-# %% ../nbs/01d_train.ipynb #a586ccff
+# %% ../nbs/01d_train.ipynb #74198a22
 import itertools, math, os, random, signal, threading, time, warnings
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
@@ -25,7 +25,7 @@ from .host import pid_alive
 from .context import ctx, rank_info
 from .report import report
 
-# %% ../nbs/01d_train.ipynb #cf81993b
+# %% ../nbs/01d_train.ipynb #511b0b76
 def seed_everything(seed:int=0, # the seed every rank starts from
                     per_rank:bool=False, # add the rank, for random streams that should differ between ranks
                     deterministic:bool=False, # also make torch use deterministic kernels (slower; errors on ops without one)
@@ -43,7 +43,7 @@ def seed_everything(seed:int=0, # the seed every rank starts from
     torch.backends.cudnn.benchmark = False
     return s
 
-# %% ../nbs/01d_train.ipynb #26383084
+# %% ../nbs/01d_train.ipynb #417a35be
 def rng_state() -> dict:
     "This rank's random generators (Python, numpy, torch CPU and CUDA) as tensors and plain types"
     v, keys, gauss = random.getstate()
@@ -68,7 +68,7 @@ def set_rng_state(st:dict, # from `rng_state`
         np.random.set_state((kind, mt.cpu().numpy().astype(np.uint32), pos, has_gauss, cached))
     if 'cuda' in st and torch.cuda.is_available(): torch.cuda.set_rng_state_all([t.cpu() for t in st['cuda']])
 
-# %% ../nbs/01d_train.ipynb #390d6b1b
+# %% ../nbs/01d_train.ipynb #0c1b7767
 class ResumableSampler(DistributedSampler):
     "`DistributedSampler` that can start part-way through an epoch: same order, minus the first `start` samples"
     def __init__(self, dataset, # the whole dataset
@@ -85,7 +85,7 @@ class ResumableSampler(DistributedSampler):
     def __iter__(self): return itertools.islice(super().__iter__(), self.start, None)
     def __len__(self): return self.num_samples - self.start
 
-# %% ../nbs/01d_train.ipynb #7554cdad
+# %% ../nbs/01d_train.ipynb #7e72cd02
 def per_rank_batch(batch_size:Optional[int]=None, # samples per rank per step
                    global_batch_size:Optional[int]=None, # samples per step over all ranks (batch_size × world_size)
                    world_size:int=1, # ranks
@@ -101,7 +101,7 @@ def per_rank_batch(batch_size:Optional[int]=None, # samples per rank per step
     if batch_size < 1: raise ValueError(f"batch_size={batch_size}: give at least 1 sample per rank.")
     return batch_size
 
-# %% ../nbs/01d_train.ipynb #520c6e4a
+# %% ../nbs/01d_train.ipynb #2603a136
 class StopRequested(KeyboardInterrupt):
     "Every rank stopped before the same batch because a stop was asked for: nothing lost, run the cell again to continue"
 
@@ -174,7 +174,7 @@ class StopVote:
         self._cast()
         return self._result()
 
-# %% ../nbs/01d_train.ipynb #0f38e78e
+# %% ../nbs/01d_train.ipynb #f73ee228
 class ShardedLoader:
     "This rank's DataLoader over its shard: epochs advance by themselves (`set_epoch` done), resumable mid-epoch"
     def __init__(self, dataset, # the whole dataset: every rank gets its own shard
@@ -237,7 +237,7 @@ class ShardedLoader:
                                  f"or resume at an epoch boundary with load_checkpoint(..., exact=False).")
         self.epoch, self.batch = sd['epoch'], sd['batch']
 
-# %% ../nbs/01d_train.ipynb #0e0f010e
+# %% ../nbs/01d_train.ipynb #fad7485c
 def _bf16_cpu_hook(process_group, bucket):
     "torch's bf16 compression hook (torch's own refuses to run without NCCL; gloo all-reduces bf16 fine)"
     return compress_hook(torch.bfloat16, process_group, bucket)
@@ -258,7 +258,7 @@ def comm_hook(name:str, # 'fp16', 'bf16' or 'powersgd'
         return ps.PowerSGDState(process_group=None, matrix_approximation_rank=rank, start_powerSGD_iter=start_iter), ps.powerSGD_hook
     raise ValueError(f"compression={name!r}: use one of {COMPRESSION}, or None for full-precision all-reduces.")
 
-# %% ../nbs/01d_train.ipynb #562effa8
+# %% ../nbs/01d_train.ipynb #26e5ffa0
 def wrap_model(model:nn.Module, # the model, on any device
                sync_bn:bool=False, # convert BatchNorm to SyncBatchNorm (one GPU per rank only)
                compression:Optional[str]=None, # 'fp16', 'bf16' or 'powersgd' gradient compression, or None
@@ -296,7 +296,7 @@ def unwrap(model:nn.Module) -> nn.Module:
     "The module inside a DDP (or similar) wrapper"
     return getattr(model, 'module', model)
 
-# %% ../nbs/01d_train.ipynb #9f0e8ce0
+# %% ../nbs/01d_train.ipynb #3075f864
 def amp_dtype(device:torch.device) -> torch.dtype:
     "The autocast type for `device`: fp16 on CUDA (with a GradScaler), bf16 on CPU"
     return torch.float16 if device.type == 'cuda' else torch.bfloat16
@@ -316,7 +316,7 @@ def grad_scaler(enabled:bool=True, # False: a scaler that does nothing
     on = enabled and dev.type == 'cuda' and (dtype or amp_dtype(dev)) == torch.float16
     return torch.amp.GradScaler(dev.type, enabled=on)
 
-# %% ../nbs/01d_train.ipynb #753c5cd3
+# %% ../nbs/01d_train.ipynb #dadccf8f
 def sync_context(model:nn.Module, # the DDP model (anything else: no-op)
                  sync:bool, # True on the micro-step whose backward should all-reduce
                 ):
@@ -333,7 +333,7 @@ def accumulation_group(i:int, # index of the micro-batch in the epoch
     size = min(k, n - g0)
     return size, i == g0 + size - 1
 
-# %% ../nbs/01d_train.ipynb #aed9fd89
+# %% ../nbs/01d_train.ipynb #b07927b0
 def _barrier():
     if dist.is_initialized(): dist.barrier()
 
@@ -352,7 +352,7 @@ def _from_0(obj):
     box = [obj]; dist.broadcast_object_list(box, src=0)
     return box[0]
 
-# %% ../nbs/01d_train.ipynb #38da40ff
+# %% ../nbs/01d_train.ipynb #b94013f4
 def checkpoints(folder:Union[str, Path], # where `save_checkpoint` writes
                ) -> list: # paths, oldest first
     "The complete checkpoints in `folder`, oldest first (temporary files of interrupted saves excluded)"
@@ -384,7 +384,7 @@ def atomic_save(obj, # what to save (torch.save)
     finally: os.close(fd)
     return path
 
-# %% ../nbs/01d_train.ipynb #c6c5fde6
+# %% ../nbs/01d_train.ipynb #e5501eca
 def save_checkpoint(folder:Union[str, Path], # the run's checkpoint folder
                     model:nn.Module, # the model (DDP or not: the inner module is saved)
                     opt:Optional[torch.optim.Optimizer]=None, # its optimizer
@@ -412,7 +412,7 @@ def save_checkpoint(folder:Union[str, Path], # the run's checkpoint folder
     if err: raise RuntimeError(f"Saving the checkpoint {path} failed on rank 0: {err}. The previous checkpoints are intact.")
     return path
 
-# %% ../nbs/01d_train.ipynb #ae42c237
+# %% ../nbs/01d_train.ipynb #8cc85735
 class CheckpointError(ValueError):
     "A checkpoint that cannot be used here; the message says why and what to do"
 
@@ -439,7 +439,7 @@ def _newest_readable(folder:Path) -> tuple:
         except CheckpointError as e: warnings.warn(f"{e} Using the checkpoint before it.")
     return None, None
 
-# %% ../nbs/01d_train.ipynb #acff5ed7
+# %% ../nbs/01d_train.ipynb #26142ec4
 def load_checkpoint(src:Union[str, Path], # a checkpoint file, or a folder (its newest readable checkpoint)
                     model:nn.Module, # the model to load into (DDP or not)
                     opt:Optional[torch.optim.Optimizer]=None, # its optimizer
@@ -476,7 +476,7 @@ def load_checkpoint(src:Union[str, Path], # a checkpoint file, or a folder (its 
     return dict(step=state['step'], epoch=state['loader']['epoch'] if state.get('loader') else None, path=Path(path),
                 extra=state['extra'], rank_state=mine['state'])
 
-# %% ../nbs/01d_train.ipynb #bae5c275
+# %% ../nbs/01d_train.ipynb #567b269e
 def fit(model:nn.Module, # the DDP-wrapped model
         loader:ShardedLoader, # this rank's loader
         opt:torch.optim.Optimizer, # the optimizer
