@@ -165,7 +165,7 @@ _STATE = dict(dead='is dead', stopped='is stopped (SIGSTOP or a debugger), not r
 
 def _what(rank, r, state, grp) -> str:
     "One rank at the disagreeing collective"
-    if state in _STATE: return f"rank {rank} {_STATE[state]}; its last collective: {describe_record(r, grp)}" + (' (pending)' if r['state'] == 'pending' else '')
+    if state in _STATE: return f"rank {rank} {_STATE[state]}; its last recorded collective: {describe_record(r, grp)}" + (' (pending)' if r['state'] == 'pending' else '')
     verb = 'is in' if r['state'] == 'pending' and state == 'running' else 'issued'
     return f"rank {rank} {verb} {describe_record(r, grp)}"
 
@@ -188,7 +188,8 @@ def desync_report(records:dict, # rank -> records, oldest first (`read_records`)
     unknown = sorted(r for r, v in records.items() if v is None)  # no file: no recorder on that rank
     records = {r: v for r, v in records.items() if v is not None}
     states = {r: (states or {}).get(r, 'running') for r in records}
-    ranks = sorted(records)
+    allranks = sorted(records)
+    ranks = [r for r in allranks if states[r] not in _STATE]  # compared: the ranks that run or ran; a dead or stopped rank's file may be old
     by = {r: {} for r in ranks}
     for r in ranks:
         for x in records[r]: by[r].setdefault((x['pg'], x['p2p']), {})[x['seq']] = x
@@ -214,17 +215,15 @@ def desync_report(records:dict, # rank -> records, oldest first (`read_records`)
                 waiting = [r for r in present if at[r]['state'] == 'pending' and states[r] == 'running']
                 lines = [_not_issued(r, seqs[r][max(seqs[r])] if seqs[r] else None, states[r], ref, grp) for r in ranks if at[r] is None]
                 lines += [f"{_ranks(waiting)} wait{'s' if len(waiting) == 1 else ''} in {describe_record(ref, grp)}"] if waiting else []
-                lines += [_what(r, at[r], states[r], grp) for r in present if r not in waiting and states[r] in _STATE]
             out.append(f"collectives out of step at #{n}{' on group ' + g[0] if grp else ''}: " + '; '.join(lines))
             break
-    if not out:  # in step: name the ranks that cannot go on, and what the others wait in
-        bad = [r for r in ranks if states[r] in _STATE]
-        if not bad: return None
-        lines = [_what(r, records[r][-1], states[r], grp) if records[r] else f"rank {r} {_STATE[states[r]]}; it issued no collective" for r in bad]
-        waiting = [r for r in ranks if r not in bad and records[r] and records[r][-1]['state'] == 'pending']
-        lines += [f"rank {r} waits in {describe_record(records[r][-1], grp)}" for r in waiting]
+    bad = [r for r in allranks if states[r] in _STATE]  # name the ranks that cannot go on, and (in step) what the others wait in
+    if bad:
+        lines = [_what(r, records[r][-1], states[r], grp) if records[r] else f"rank {r} {_STATE[states[r]]}; no collective recorded" for r in bad]
+        if not out: lines += [f"rank {r} waits in {describe_record(records[r][-1], grp)}" for r in ranks if records[r] and records[r][-1]['state'] == 'pending']
         out.append('; '.join(lines))
-    if out and unknown: out.append(f"({_ranks(unknown)}: no records, the recorder is not installed there)")
+    if not out: return None
+    if unknown: out.append(f"({_ranks(unknown)}: no records, the recorder is not installed there)")
     return '\n'.join(out)
 
 # %% ../nbs/31_collectives.ipynb #c310001d
