@@ -20,6 +20,8 @@ from .magics import activate, deactivate
 from .launch import run_script
 from .compare import compare
 from .postmortem import PostMortem, console_file
+from .collectives import collectives_file, collectives_table, read_records, set_debug
+from .collectives import records as recent_collectives
 from .dashboard import Collector, Dashboard
 
 # %% auto #0
@@ -131,9 +133,10 @@ class DDPCluster:
             raise
         finally:
             if col is not None: col.close(); self._history = col.history
-            for p in plan:  # the files cl.where() reads
-                try: os.unlink(stack_file(self.cluster_id, p['rank'], tempfile.gettempdir()))
-                except OSError: pass
+            for p in plan:  # the files cl.where() and cl.collectives() read
+                for f in (stack_file(self.cluster_id, p['rank'], tempfile.gettempdir()), collectives_file(self.cluster_id, p['rank'])):
+                    try: os.unlink(f)
+                    except OSError: pass
             self._ipp = self._rc = self._collector = None
             if self._fin is not None: self._fin.cancel()
             deactivate(self, self.cluster_id)
@@ -292,8 +295,31 @@ class DDPCluster:
         "Every rank's current Python stack (main thread, innermost frames), or why it cannot give one"
         self._live()
         stacks = where(self._ranks, self.cluster_id, ranks, wait)
-        if show: show_stacks(self._ranks, stacks)
+        if show:
+            show_stacks(self._ranks, stacks)
+            desync = self._sup.desync({r: ('running' if s == 'running' else 'ok', None) for r, s in self._ranks.status().items()})
+            if desync: print(desync[:1].upper() + desync[1:])
         return stacks
+
+    def collectives(self, last:int=20, # the most recent collectives per rank and process group
+                   ):
+        "Every rank's recent collectives side by side (op, sequence number, shapes, dtypes, source line), rows where they differ marked"
+        self._live()
+        recs = read_records(self.cluster_id, self._ranks.plan)  # what busy, blocked, stopped or dead ranks wrote last
+        idle = [r for r, s in self._ranks.status().items() if s == 'idle']
+        try: recs.update(self._ranks.call(recent_collectives, last, ranks=idle, what='Reading collectives', timeout=10) if idle else {})
+        except RuntimeError: pass  # an idle rank that does not answer: its file stands
+        return collectives_table(recs, last)
+
+    def debug_collectives(self, on:bool=True, # True: torch checks every collective across ranks before running it; False: off
+                         ):
+        "Turn torch's collective fingerprint check (TORCH_DISTRIBUTED_DEBUG=DETAIL) on or off, and re-form the group so it applies"
+        self._live()
+        self.call(set_debug, on)
+        self.reform()
+        if on: print("Collective checks on: a mismatched collective now fails at once, naming both ranks' calls, instead of hanging. "
+                     "Cost: about 2.6x per collective (benchmarks/collectives.py). torch 2.13 on CPU crashes building a DDP model in this "
+                     "mode: use it to debug hand-written collectives; cl.debug_collectives(False) turns it off.")
 
     def dashboard(self,
                   mode:str|None=None, # 'widget', 'text', or None: widgets in Jupyter, text elsewhere

@@ -11,7 +11,8 @@ from .compat_ipp import CompatError, installed, check_versions as _check, missin
 
 # %% auto #0
 __all__ = ['tested_versions', 'min_versions', 'missing', 'check_versions', 'issued_collectives', 'reset_group_count',
-           'compress_hook', 'queue_autograd_callback', 'reset_accelerate_state']
+           'compress_hook', 'queue_autograd_callback', 'reset_accelerate_state', 'flight_recorder_dump',
+           'issued_per_group']
 
 # %% ../nbs/00c_compat_torch.ipynb #f324a3c1
 tested_versions = dict(torch='2.13', accelerate='1.15')  # major.minor the tests of this module ran against
@@ -51,7 +52,7 @@ def compress_hook(dtype:torch.dtype, # the dtype gradients travel in
     if f is None: raise missing('ddp_comm_hooks.default_hooks._compress_hook')
     return f(dtype, process_group, bucket)
 
-# %% ../nbs/00c_compat_torch.ipynb #5e9f0a21
+# %% ../nbs/00c_compat_torch.ipynb #9517244b
 def queue_autograd_callback(cb, # called with no arguments
                            ):
     "Run `cb` once the current backward pass ends (`Variable._execution_engine.queue_callback`, what DDP itself uses; tested with torch 2.13)"
@@ -72,3 +73,20 @@ def reset_accelerate_state() -> bool: # False when this process has not imported
 
 # %% ../nbs/00c_compat_torch.ipynb #c32b2273
 check_versions()
+
+# %% ../nbs/00c_compat_torch.ipynb #92ddbc35
+def flight_recorder_dump(stacks:bool=True, # symbolize each entry's Python stack, holding the GIL (the first call in a process: ~1 s; then, with an engine's deep stacks, ~10 ms for 256 entries, ~0.7 s for 2000)
+                         collectives:bool=True, # False: only `pg_config` and `pg_status` (each group's last enqueued/completed sequence number), ~10 us
+                        ) -> dict: # version, pg_config, pg_status, entries (a list of dicts)
+    "The c10d flight recorder's records of this process, via `torch._C._distributed_c10d._dump_fr_trace` (tested with torch 2.13; gloo records too)"
+    import pickle
+    f = getattr(torch._C._distributed_c10d, '_dump_fr_trace', None)
+    if f is None: raise missing('torch._C._distributed_c10d._dump_fr_trace')
+    return pickle.loads(f(includeCollectives=collectives, includeStackTraces=stacks))
+
+def issued_per_group() -> dict: # group name -> collectives issued on it ({} without a process group)
+    "How many collectives this process issued on each of its process groups (`distributed_c10d._world.pg_map`, `ProcessGroup._get_sequence_number_for_group`; tested with torch 2.13)"
+    w = getattr(dist.distributed_c10d, '_world', None)
+    if w is None or not hasattr(w, 'pg_map'): raise missing('distributed_c10d._world.pg_map')
+    return {dist.distributed_c10d._get_process_group_name(pg) if hasattr(dist.distributed_c10d, '_get_process_group_name') else str(i):
+            pg._get_sequence_number_for_group() for i, pg in enumerate(list(w.pg_map)) if hasattr(pg, '_get_sequence_number_for_group')}

@@ -10,12 +10,13 @@ import psutil
 from fastcore.basics import patch
 from .core import stack_file
 from .compat_ipp import supervised_view, task_name
+from .collectives import desync_report, read_records
 from . import rank
 from .ranks import RankSet
 
 # %% auto #0
 __all__ = ['proc_status', 'where', 'show_stacks', 'RankFailure', 'Interrupted', 'cell_label', 'Watch', 'Supervisor', 'hang_limit',
-           'stopped_ranks', 'issued_counts']
+           'desync_states', 'stopped_ranks', 'issued_counts']
 
 # %% ../nbs/02c_supervise.ipynb #dd12faf1
 def _short_stack(text:str, # faulthandler output for one process
@@ -151,7 +152,7 @@ class Supervisor:
                 if tick is not None: tick()
                 ar.wait(0.05)
             w.done = True
-        if w.first: raise w.failure or self.failure(w.states, w.first, w.ended, w.cell)
+        if w.first: raise w.failure or self.failure(w.states, w.first, w.ended, w.cell, getattr(w, 'desync', None))
         return {r: s for r, (s, _) in w.states.items()}
 
     def step(self, w:Watch) -> bool:
@@ -171,6 +172,7 @@ class Supervisor:
                 gone = silent + rs.gone()
                 stuck = [r for r in running if r not in gone]
                 if stuck:  # the local dead are reported soon; the stuck are ended, and reported dead once their engines are gone
+                    w.desync = self.desync(states)  # which collective they wait in, read before they are ended
                     rs.end(stuck); w.ended += stuck
                     deadline = time.monotonic() + 10
                     while any(rs.states(ar).get(r, ('',))[0] == 'running' for r in stuck) and time.monotonic() < deadline: ar.wait(0.05)
@@ -188,6 +190,19 @@ def hang_limit(interval:float|None, # seconds between the running ranks' recent 
     if finished: return 10.0
     if interval: return max(10.0, 5 * interval)
     return min(30.0, max(10.0, timeout / 2))
+
+def desync_states(rs:RankSet, states:dict) -> dict:
+    "rank -> the words of `collectives.desync_report` ('running', 'finished', 'raised', 'dead', 'stopped', 'lost') for a task's states"
+    words = {'ok': 'finished', 'stopped': 'finished', 'error': 'raised', 'dead': 'dead', 'lost': 'lost'}  # (a cooperative stop finished)
+    out = {r: words.get(s, 'running') for r, (s, _) in states.items()}
+    for r in stopped_ranks(rs, [r for r, v in out.items() if v == 'running']): out[r] = 'stopped'
+    return out
+
+@patch
+def desync(self:Supervisor, states:dict) -> str|None:
+    "What the ranks' recent collectives say: the first one where they disagree, dead or stopped ranks named as such (None: in step, or not recorded)"
+    try: return desync_report(read_records(self.cluster_id, self.rs.plan), desync_states(self.rs, states))
+    except Exception: return None
 
 def stopped_ranks(rs:RankSet, ranks:list) -> list:
     "The ranks among `ranks` on this host whose engine is stopped (SIGSTOP, a debugger)"
@@ -229,6 +244,8 @@ def hang_report(self:Supervisor, running:list, waited:float, finished:list=()):
     stacks = where(self.rs, self.cluster_id, running)
     stuck = [r for r in running if stacks[r].startswith(('stopped', 'dead', 'no answer'))] or running
     print(f"[ddp_nb watchdog] no progress for {waited:.0f}s. Stuck: {', '.join(self.rs.describe(r) for r in stuck)}.", file=sys.stderr)
+    desync = self.desync({**{r: ('running', None) for r in running}, **{r: ('ok', None) for r in finished}})
+    if desync: print(desync[:1].upper() + desync[1:], file=sys.stderr)
     if finished: print(f"Ranks {sorted(finished)} already FINISHED the cell while ranks {sorted(running)} wait: a collective that ranks "
                        f"{sorted(finished)} skipped (one inside `if rank == ...:`)? Every rank must issue the same collectives.", file=sys.stderr)
     show_stacks(self.rs, stacks, file=sys.stderr)
@@ -244,7 +261,9 @@ def issued_counts(rs:RankSet, ranks:list|None=None, # ranks to ask; None: all
     except Exception: return None
 
 @patch
-def failure(self:Supervisor, states:dict, first:list, ended:list, cell:str='the cell') -> RankFailure:
+def failure(self:Supervisor, states:dict, first:list, ended:list, cell:str='the cell',
+            desync:str|None=None, # what the ranks' recent collectives say (`desync`), if they were read
+           ) -> RankFailure:
     "The error for a cell that failed: the first failing rank's traceback, then one line per other rank, then what to do"
     dead = [r for r in first if states[r][0] in ('dead', 'lost') and r not in ended]
     origin = dead[0] if dead else first[0]  # a death explains the errors of the ranks that were talking to it
@@ -276,6 +295,7 @@ def failure(self:Supervisor, states:dict, first:list, ended:list, cell:str='the 
         elif s == 'error' and r in first and _one_line(e) == _one_line(err): lines.append(f"  rank {r}: raised the same error.")
         elif s == 'error': lines.append(f"  rank {r}: then failed too: {_one_line(e)}")
         elif s in ('ok', 'stopped'): lines.append(f"  rank {r}: finished the cell.")
+    if desync: lines.append(desync[:1].upper() + desync[1:])
     lost = sorted(set(ended) | {r for r in states if states[r][0] in ('dead', 'lost')})
     kept = [r for r in sorted(states) if r not in lost]
     if lost: lines.append(f"Ranks {kept} kept their state. cl.restart() replaces ranks {lost} (their state is lost) and forms a new "
@@ -315,7 +335,7 @@ def _loop(self:Supervisor, every:float=0.1, # seconds between looks
 def _notice(self:Supervisor, w:Watch):
     "Print what happened to a failed task nobody waited for (a blocking caller gets the error itself: only ended ranks are told)"
     if not w.first or (w.blocking and not w.ended): return
-    w.failure = f = self.failure(w.states, w.first, w.ended, w.cell)
+    w.failure = f = self.failure(w.states, w.first, w.ended, w.cell, getattr(w, 'desync', None))
     try: w.ar.failure = f
     except Exception: pass
     print(f"[ddp_nb] a task started in {w.cell} without waiting for it ({task_name(w.ar)}) failed:\n"

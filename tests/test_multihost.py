@@ -199,7 +199,7 @@ def test_two_hosts_in_network_namespaces(netns, no_leftovers):
         cl.view.execute("for i in range(20): report(step=i, loss=1.0 / (i + 1))")
         time.sleep(0.5)
         assert sorted({r['rank'] for r in cl.history.records()}) == [0, 1, 2, 3]
-        assert cl._task_status() == {0: 'idle', 1: 'idle', 2: 'idle', 3: 'idle'}
+        assert cl._ranks.status() == {0: 'idle', 1: 'idle', 2: 'idle', 3: 'idle'}
         assert all(cl._collector.ranks[r].load.get('rss') for r in range(4))  # load sampled on each rank's own host
         dash = cl.dashboard(mode='text', out=io.StringIO())
         assert set(dash._statuses().values()) <= {'running', 'idle'}  # B's pids are not looked up on A (none 'dead')
@@ -223,7 +223,7 @@ def test_two_hosts_in_network_namespaces(netns, no_leftovers):
         assert msg.startswith(f'Host {B_NAME}: every rank there ([2, 3]) ended'), msg
         assert took < 30, took
         # a rank of host A left waiting in the all-reduce for a partner that had failed (gloo cannot release it) is ended
-        ended_a = [r for r, st in cl._task_status().items() if r < 2 and st == 'dead']
+        ended_a = [r for r, st in cl._ranks.status().items() if r < 2 and st == 'dead']
         assert f"cl.restart() replaces ranks {sorted(ended_a + [2, 3])}" in msg, msg
 
         # recovery: engines started by hand where ranks were lost (host B, and A for an ended rank) replace them
@@ -286,7 +286,7 @@ def test_ssh_launcher_into_namespace(netns, no_leftovers, tmp_path):
         cl.start()
         MEASURED['ssh launcher: 4 ranks on 2 hosts started (s)'] = round(time.monotonic() - t0, 2)
         me = os.uname().nodename
-        assert cl._per_host == {A_IP: 2, B_IP: 2}
+        assert cl.per_host == {A_IP: 2, B_IP: 2}
         assert [(r.rank, r.host, r.local_rank) for r in cl.ranks] == [(0, me, 0), (1, me, 1), (2, B_NAME, 0), (3, B_NAME, 1)]
         assert cl.master_addr == A_IP and set(cl.view['__import__("os").environ["MASTER_ADDR"]']) == {A_IP}
         assert set(cl.view['__import__("ddp_nb").__file__']) == {str(ROOT / 'ddp_nb' / '__init__.py')}  # env= reached them
