@@ -6,8 +6,8 @@
 __all__ = ['SHARDED_FORMAT', 'shard_units', 'check_shared', 'is_sharded', 'shard_model', 'shard_summary', 'sharded_checkpoints',
            'checkpoint_kind', 'save_sharded', 'load_sharded', 'load_full_into_sharded']
 
-# %% ../nbs/32_sharded.ipynb #c46de2c0
-import os, shutil, time
+# %% ../nbs/32_sharded.ipynb #faabed7d
+import os, shutil, time, warnings
 from pathlib import Path
 from typing import Optional, Union
 import torch
@@ -45,7 +45,7 @@ def shard_units(model:nn.Module, # the whole model (the root is never listed: it
     visit('', model)
     return units
 
-# %% ../nbs/32_sharded.ipynb #5a9f3fd2
+# %% ../nbs/32_sharded.ipynb #0106066a
 def _owner(units:list, qualname:str) -> str:
     "The innermost unit that holds the parameter `qualname`, '' for the root"
     mod = qualname.rsplit('.', 1)[0] if '.' in qualname else ''
@@ -61,10 +61,15 @@ def check_shared(model:nn.Module, # the model
         if id(p) in seen and seen[id(p)][1] != u:
             n0, u0 = seen[id(p)]
             def where(u): return f"unit '{u}'" if u else "the root (outside every unit)"
+            mods = [x.rsplit('.', 1)[0] if '.' in x else '' for x in (n0, n)]
+            common = os.path.commonprefix([m.split('.') for m in mods])
+            holder = '.'.join(common) if common and common != [''] else ''
+            drop = [x for x in (u0, u) if x and x != holder]
             raise ValueError(
                 f"Parameter '{n}' is the same tensor as '{n0}' (tied weights), but '{n}' falls in {where(u)} and '{n0}' in "
-                f"{where(u0)}: FSDP shards each parameter in exactly one unit. Leave '{u or u0}' out of the units (a different "
-                f"wrap= or a larger min_params=) so that the module holding both shards the tied parameter once.")
+                f"{where(u0)}: FSDP shards each parameter in exactly one unit. Leave {' and '.join(repr(x) for x in drop)} out "
+                f"of the units (another wrap=, or a larger min_params=), so that "
+                f"{f'the unit {holder!r}' if holder else 'the root'}, which holds both, shards the tied parameter once.")
         seen.setdefault(id(p), (n, u))
 
 # %% ../nbs/32_sharded.ipynb #7a81f614
@@ -217,7 +222,7 @@ def save_sharded(folder:Union[str, Path], # the run's checkpoint folder (on seve
     if err: raise RuntimeError(f"Saving the sharded checkpoint {final} failed: {err}. The previous checkpoints are intact.")
     return final
 
-# %% ../nbs/32_sharded.ipynb #ed811045
+# %% ../nbs/32_sharded.ipynb #f02fd844
 def _resolve(src:Path, rank:int, alone:bool) -> Optional[Path]:
     "The checkpoint folder `src` names (itself, or the newest in it, as rank 0 sees it); raise on a single-file checkpoint"
     kind = checkpoint_kind(src)
@@ -256,7 +261,10 @@ def load_sharded(src:Union[str, Path], # a checkpoint folder from `save_sharded`
                               f"data positions are per rank. Start {meta['world_size']} ranks to resume exactly, or pass "
                               f"exact=False to load the weights and optimizer (resharded) and start the next epoch.")
     state = _states(model, optimizer)
-    try: dcp.load(state, checkpoint_id=path, no_dist=not together)
+    try:
+        with warnings.catch_warnings():  # alone: DCP warns that it assumes one process, which is what we asked for
+            warnings.filterwarnings('ignore', message='torch.distributed is disabled')
+            dcp.load(state, checkpoint_id=path, no_dist=not together)
     except (Exception, CheckpointException) as e:  # DCP's exception is a BaseException
         raise CheckpointError(f"{path} does not fit the model given: {_why(e)[:400]}\nLoad it into "
                               f"the model it was saved from (same layers and sizes).") from None
