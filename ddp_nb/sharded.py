@@ -177,7 +177,7 @@ def _states(model, optimizer) -> dict:
     msd, osd = get_state_dict(unwrap(model), optimizer if optimizer is not None else [])
     return dict(model=msd, optim=osd) if optimizer is not None else dict(model=msd)
 
-# %% ../nbs/32_sharded.ipynb #17037f68
+# %% ../nbs/32_sharded.ipynb #cef826b9
 def save_sharded(folder:Union[str, Path], # the run's checkpoint folder (on several hosts: one every host sees)
                  model:nn.Module, # the sharded model (`shard_model`); an unsharded one works too
                  optimizer:Optional[torch.optim.Optimizer]=None, # its optimizer (its state is sharded like the parameters)
@@ -186,6 +186,7 @@ def save_sharded(folder:Union[str, Path], # the run's checkpoint folder (on seve
                  loader=None, # this rank's ShardedLoader, for its position in the epoch
                  rank_state:Optional[dict]=None, # this rank's own extra state (tensors, plain types)
                  keep:int=3, # newest checkpoints kept in the folder
+                 scaler=None, # the AMP grad scaler (the same on every rank: rank 0's is saved)
                  **extra, # anything else to keep (tensors, plain types), from rank 0
                 ) -> Path: # the checkpoint's folder
     "Call on every rank: each writes its shards into a temporary folder that rank 0 renames once all are done"
@@ -209,6 +210,7 @@ def save_sharded(folder:Union[str, Path], # the run's checkpoint folder (on seve
             if any(errs): raise RuntimeError('; '.join(f"rank {r}: {e}" for r, e in enumerate(errs) if e))
             atomic_save(dict(format=SHARDED_FORMAT, step=step, world_size=ri.world_size, extra=extra,
                              scheduler=None if scheduler is None else scheduler.state_dict(),
+                             scaler=None if scaler is None else scaler.state_dict(),
                              torch=str(torch.__version__), time=time.time()), tmp / 'meta.pt')
             if final.exists():  # the same step saved again: move the old one out of the way first
                 old = folder / f'.{final.name}.tmp-old-{os.getpid()}'
@@ -222,7 +224,7 @@ def save_sharded(folder:Union[str, Path], # the run's checkpoint folder (on seve
     if err: raise RuntimeError(f"Saving the sharded checkpoint {final} failed: {err}. The previous checkpoints are intact.")
     return final
 
-# %% ../nbs/32_sharded.ipynb #f02fd844
+# %% ../nbs/32_sharded.ipynb #fa25cc6a
 def _resolve(src:Path, rank:int, alone:bool) -> Optional[Path]:
     "The checkpoint folder `src` names (itself, or the newest in it, as rank 0 sees it); raise on a single-file checkpoint"
     kind = checkpoint_kind(src)
@@ -246,6 +248,7 @@ def load_sharded(src:Union[str, Path], # a checkpoint folder from `save_sharded`
                  loader=None, # this rank's ShardedLoader: continues at the saved position
                  exact:bool=True, # also restore every rank's RNG and position in the epoch (needs the same world size)
                  alone:bool=False, # load in this process only, without collectives (a world of one beside a process group)
+                 scaler=None, # the AMP grad scaler
                 ) -> Optional[dict]: # step, epoch, path, extra, world_size and this rank's rank_state; None if there is none
     "Call on every rank (or alone, in one process): restore what `save_sharded` saved"
     together = dist.is_initialized() and not alone
@@ -270,7 +273,8 @@ def load_sharded(src:Union[str, Path], # a checkpoint folder from `save_sharded`
                               f"the model it was saved from (same layers and sizes).") from None
     set_state_dict(unwrap(model), optimizer if optimizer is not None else [], model_state_dict=state['model'],
                    optim_state_dict=state.get('optim', {}))
-    if scheduler is not None and meta.get('scheduler') is not None: scheduler.load_state_dict(meta['scheduler'])
+    for o, k in ((scheduler, 'scheduler'), (scaler, 'scaler')):
+        if o is not None and meta.get(k) is not None: o.load_state_dict(meta[k])
     mine = torch.load(path / f'rank-{rank:05d}.pt', weights_only=True)
     if loader is not None and mine['loader']:
         if exact: loader.load_state_dict(mine['loader'])
