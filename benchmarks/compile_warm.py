@@ -63,8 +63,8 @@ def _torchrun(lr: float, cache: str, out: str) -> float:
     return time.perf_counter() - t0
 
 
-def run(repeats: int = 3) -> str:
-    "The compile section, as markdown"
+def run(repeats: int = 3, cold: bool = True) -> str:
+    "The compile section, as markdown (cold=False skips the launches with an empty Inductor cache: each compiles from scratch)"
     from ddp_nb import DDPCluster
     from benchmarks import compile_warm as cw  # by module name (not __main__), so the ranks import these functions
     t, first = {}, {}
@@ -78,11 +78,12 @@ def run(repeats: int = 3) -> str:
     tmp = tempfile.mkdtemp(prefix='ddp_nb-compile-')
     try:
         out = os.path.join(tmp, 'r.json')
-        cold, firsts = [], []
-        for i in range(repeats):
+        cold_t, firsts = [], []
+        for i in range(repeats if cold else 0):
             cache = tempfile.mkdtemp(dir=tmp)  # a fresh, empty Inductor cache every launch
-            cold.append(_torchrun(0.05 + i * 1e-3, cache, out)); firsts.append(json.load(open(out))['first'])
-        t['torchrun, cold Inductor cache'], first['cold'] = cold, med(firsts)
+            cold_t.append(_torchrun(0.05 + i * 1e-3, cache, out)); firsts.append(json.load(open(out))['first'])
+        if cold: t['torchrun, cold Inductor cache'] = cold_t
+        first['cold'] = med(firsts)
         warm_cache = tempfile.mkdtemp(dir=tmp)
         _torchrun(0.05, warm_cache, out)  # fills the cache
         warm, firsts = [], []
@@ -95,8 +96,9 @@ def run(repeats: int = 3) -> str:
     return ("### 8. A compiled model kept warm: new learning rate + 10 training steps of a `torch.compile`d digits model, 2 ranks\n\n"
             f"Wall time from the caller, median of {repeats}. The live cluster compiled the model once, before the timed "
             f"runs (its first step took {first['ddp_nb']:.1f} s on the slower rank); every torchrun launch starts processes, "
-            f"forms a group, builds and compiles the model (first step inside the workers: {first['cold']:.1f} s with an "
-            f"empty Inductor cache, {first['warm']:.1f} s with a warm one), then runs the same 10 steps.\n\n"
+            f"forms a group, builds and compiles the model (first step inside the workers: "
+            + (f"{first['cold']:.1f} s with an empty Inductor cache, " if cold else "")
+            + f"{first['warm']:.1f} s with a warm one), then runs the same 10 steps.\n\n"
             + table(['side', 'median', 'slower than ddp_nb by'], rows))
 
 
@@ -116,9 +118,10 @@ def worker(lr: float, out: str):
 if __name__ == '__main__':
     ap = argparse.ArgumentParser()
     ap.add_argument('--repeats', type=int, default=3)
+    ap.add_argument('--no-cold', action='store_true', help='skip the launches with an empty Inductor cache')
     ap.add_argument('--worker', action='store_true')
     ap.add_argument('--lr', type=float, default=0.05)
     ap.add_argument('--out', default=None)
     a = ap.parse_args()
     if a.worker: worker(a.lr, a.out)
-    else: print(run(a.repeats))
+    else: print(run(a.repeats, cold=not a.no_cold))
