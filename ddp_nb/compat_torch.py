@@ -11,11 +11,11 @@ from .compat_ipp import CompatError, installed, check_versions as _check, missin
 
 # %% auto #0
 __all__ = ['tested_versions', 'min_versions', 'missing', 'check_versions', 'issued_collectives', 'reset_group_count',
-           'compress_hook', 'queue_autograd_callback', 'reset_accelerate_state', 'flight_recorder_dump',
-           'issued_per_group']
+           'compress_hook', 'queue_autograd_callback', 'lightning_not_interactive', 'guard_lightning_launchers',
+           'reset_accelerate_state', 'flight_recorder_dump', 'issued_per_group']
 
 # %% ../nbs/00c_compat_torch.ipynb #f324a3c1
-tested_versions = dict(torch='2.13', accelerate='1.15')  # major.minor the tests of this module ran against
+tested_versions = dict(torch='2.13', accelerate='1.15', lightning='2.6')  # major.minor the tests of this module ran against
 min_versions = dict(torch='2.1')  # the lower bound in settings.ini
 
 def missing(what:str, # the private API, e.g. "ProcessGroup._get_sequence_number_for_group"
@@ -59,6 +59,41 @@ def queue_autograd_callback(cb, # called with no arguments
     eng = getattr(torch.autograd.Variable, '_execution_engine', None)
     if eng is None or not hasattr(eng, 'queue_callback'): raise missing('torch.autograd.Variable._execution_engine.queue_callback')
     eng.queue_callback(cb)
+
+# %% ../nbs/00c_compat_torch.ipynb #054ceaca
+_LIGHTNING_CONNECTORS = ('lightning.fabric.connector', 'lightning.pytorch.trainer.connectors.accelerator_connector',
+                         'lightning_fabric.connector', 'pytorch_lightning.trainer.connectors.accelerator_connector')
+_LIGHTNING_LAUNCHERS = ('lightning.fabric.strategies.launchers.multiprocessing', 'lightning_fabric.strategies.launchers.multiprocessing')
+
+def _imported(names) -> list:
+    "The modules among `names` that import"
+    import importlib
+    out = []
+    for n in names:
+        try: out.append(importlib.import_module(n))
+        except ImportError: pass
+    return out
+
+def lightning_not_interactive() -> int: # how many of Lightning's connector modules were told
+    "Tell Lightning this process is not an interactive notebook (its connectors' `_IS_INTERACTIVE` module flag; tested with lightning 2.6)"
+    mods = [m for m in _imported(_LIGHTNING_CONNECTORS) if hasattr(m, '_IS_INTERACTIVE')]
+    for m in mods: m._IS_INTERACTIVE = False  # read as a module global when a strategy is chosen
+    return len(mods)
+
+def guard_lightning_launchers(refuse, # called as refuse(strategy name, start method, processes) before a launch; raises to refuse
+                             ) -> int: # how many launcher classes are guarded
+    "Make Lightning's process-starting launcher (`_MultiProcessingLauncher.launch`) ask `refuse` first (tested with lightning 2.6)"
+    import functools
+    classes = [m._MultiProcessingLauncher for m in _imported(_LIGHTNING_LAUNCHERS) if hasattr(m, '_MultiProcessingLauncher')]
+    for cls in classes:
+        if getattr(cls.launch, '_ddp_nb_guard', False): continue
+        def guarded(self, function, *args, _launch=cls.launch, **kwargs):
+            st = getattr(self, '_strategy', None)
+            refuse(type(st).__name__, getattr(self, '_start_method', '?'), getattr(st, 'num_processes', '?'))
+            return _launch(self, function, *args, **kwargs)
+        guarded._ddp_nb_guard = True
+        cls.launch = functools.wraps(cls.launch)(guarded)
+    return len(classes)
 
 # %% ../nbs/00c_compat_torch.ipynb #3309f68d
 def reset_accelerate_state() -> bool: # False when this process has not imported accelerate

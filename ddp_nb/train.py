@@ -321,6 +321,8 @@ def sync_context(model:nn.Module, # the DDP model (anything else: no-op)
                  sync:bool, # True on the micro-step whose backward should all-reduce
                 ):
     "`model.no_sync()` unless `sync`: gradients accumulate locally and are all-reduced once, on the synced micro-step"
+    if hasattr(model, 'set_requires_gradient_sync'):  # FSDP2: reduce-scatter only on the synced micro-step
+        model.set_requires_gradient_sync(sync); return nullcontext()
     return nullcontext() if sync or not isinstance(model, DDP) else model.no_sync()
 
 def accumulation_group(i:int, # index of the micro-batch in the epoch
@@ -345,6 +347,15 @@ def _gather_to_0(obj):
     return out
 
 def _sd(o): return None if o is None else o.state_dict()
+
+def _sharded_model(model) -> bool:
+    "Whether `model` holds FSDP2 (DTensor) parameters: its checkpoints must be sharded ones (`ddp_nb.sharded`)"
+    from torch.distributed.tensor import DTensor
+    return any(isinstance(p, DTensor) for p in model.parameters())
+
+def _sharded_folder(src:Path) -> bool:
+    "Whether `src` is (or holds) a sharded checkpoint: a folder with a `meta.pt` per step (`ddp_nb.sharded.save_sharded`)"
+    return src.is_dir() and ((src/'meta.pt').exists() or any(src.glob('step-*/meta.pt')))
 
 def _from_0(obj):
     "Rank 0's `obj` on every rank"
@@ -397,6 +408,9 @@ def save_checkpoint(folder:Union[str, Path], # the run's checkpoint folder
                     keep:int=3, # newest checkpoints kept in the folder
                    ) -> Path: # the file written
     "Call on every rank: rank 0 writes a checkpoint to continue exactly at `step` (atomic); all ranks wait for it"
+    if _sharded_model(model):
+        raise ValueError("This model is sharded (FSDP2): rank 0's state_dict() holds only its own shards. Save it with "
+                         "ddp_nb.sharded.save_sharded(folder, model, opt, step, ...) on every rank.")
     ri = rank_info()
     per_rank = _gather_to_0(dict(rng=rng_state(), state=rank_state or {}))
     path = Path(folder) / f'step-{step:08d}.pt'
@@ -452,6 +466,12 @@ def load_checkpoint(src:Union[str, Path], # a checkpoint file, or a folder (its 
     ri = rank_info()
     _barrier()  # a checkpoint being written is complete before anyone looks
     src = Path(src)
+    if _sharded_folder(src):
+        raise CheckpointError(f"{src} holds sharded checkpoints (save_sharded): load them with ddp_nb.sharded.load_sharded "
+                              "(into a sharded or an unsharded model).")
+    if _sharded_model(model):
+        raise CheckpointError(f"The model is sharded (FSDP2) and {src} is a single-file checkpoint: put its weights in with "
+                              "ddp_nb.sharded.load_full_into_sharded(path, model), or load it into the unsharded model.")
     if src.is_dir() or not src.exists():
         newest = _newest_readable(src)[0] if ri.rank == 0 else None
         path = _from_0(str(newest) if newest else None)  # every rank loads the file rank 0 chose
@@ -489,15 +509,20 @@ def fit(model:nn.Module, # the DDP-wrapped model
         ckpt_dir:Union[str, Path, None]=None, # resume from / save checkpoints to this folder
         ckpt_every:Optional[int]=None, # also checkpoint every this many optimizer steps
         max_steps:Optional[int]=None, # stop after this many optimizer steps in all
+        checkpointer=None, # (save, load) for `ckpt_dir`; None: single-file checkpoints (`ddp_nb.sharded.SHARDED` for FSDP2 models)
        ) -> dict: # step, epoch, per-epoch losses (mean over ranks), the step it resumed from (or None)
     "Train `model` for `epochs` with accumulation, AMP, reporting and resumable checkpoints"
     dev, scaler = rank_info().device, grad_scaler(amp)
     def zeros(): return torch.zeros(2, dtype=torch.float64, device=dev)  # running (sum of losses, steps), kept on the device: no sync per step
     st = loader.__dict__.setdefault('fit_state', dict(step=0, losses=[], tot=zeros()))
     # resume from the checkpoint, unless this loader already trained in this process (after a stop: continue in memory)
-    info = load_checkpoint(ckpt_dir, model, opt, scheduler, scaler, loader) if ckpt_dir and st['step'] == 0 else None
+    if ckpt_dir and checkpointer is None and _sharded_model(model):
+        raise ValueError("This model is sharded (FSDP2): single-file checkpoints would hold rank 0's shards only. "
+                         "Pass checkpointer=ddp_nb.sharded.SHARDED (every rank writes its shards).")
+    save_ckpt, load_ckpt = checkpointer or (save_checkpoint, load_checkpoint)
+    info = load_ckpt(ckpt_dir, model, opt, scheduler, scaler, loader) if ckpt_dir and st['step'] == 0 else None
     if info: st.update(info['rank_state']); st['tot'] = st['tot'].to(dev)
-    def save(): save_checkpoint(ckpt_dir, model, opt, st['step'], scheduler, scaler, loader, rank_state=st)
+    def save(): save_ckpt(ckpt_dir, model, opt, st['step'], scheduler, scaler, loader, rank_state=st)
     def end_epoch():
         tot = st['tot']
         if dist.is_initialized(): dist.all_reduce(tot)
