@@ -169,7 +169,7 @@ def run(rounds: int = 3, seconds: float = 2.0, target: float = 3.0) -> str:
     rows.append(["no DDP, hand-written all-reduce, debug OFF", '', f"{W(off):.3f}", "1", f"{C(off):.3f}", "1", "", ""])
     rows.append(["no DDP, hand-written all-reduce, `TORCH_DISTRIBUTED_DEBUG=DETAIL` (opt-in)", '', f"{W(on):.3f}", f"{W(on) / W(off):.3f}",
                  f"{C(on):.3f}", f"{C(on) / C(off):.3f}", "", "stated"])
-    return ("### 9. Naming collective desyncs: the flight recorder and the writer thread\n\n"
+    return ("### 10. Naming collective desyncs: the flight recorder and the writer thread\n\n"
             f"2 gloo ranks, the MLP of width {width} (~{target:g} ms DDP steps, one gradient all-reduce a step), {rounds} rounds; in each a "
             f"cluster per ring size (the ring is sized when a rank starts), with and without the writer, {seconds:g} s each; medians "
             "of wall ms per step of the slower rank, and of CPU ms per step (process time of a rank, all its threads, mean of the ranks: "

@@ -93,7 +93,7 @@ def run(repeats: int = 3, cold: bool = True) -> str:
     finally: shutil.rmtree(tmp, ignore_errors=True)
     ours = med(t['ddp_nb (live cluster, compiled once)'])
     rows = [[k, f"{med(v) * 1e3:,.0f} ms", '1' if k.startswith('ddp_nb') else f"{med(v) / ours:,.0f}×"] for k, v in t.items()]
-    return ("### 8. A compiled model kept warm: new learning rate + 10 training steps of a `torch.compile`d digits model, 2 ranks\n\n"
+    return ("### 9. A compiled model kept warm: new learning rate + 10 training steps of a `torch.compile`d digits model, 2 ranks\n\n"
             f"Wall time from the caller, median of {repeats}. The live cluster compiled the model once, before the timed "
             f"runs (its first step took {first['ddp_nb']:.1f} s on the slower rank); every torchrun launch starts processes, "
             f"forms a group, builds and compiles the model (first step inside the workers: "

@@ -120,7 +120,7 @@ def run(rounds: int = 3, blocks: int = 20) -> str:
                      f"**{med(qc) - 1:+.1%}** ({iq(qc)})",
                      f"{1e6 * med([t[1] - a[1] for a, t in ps]) / n:.0f}"])
     cw, cc = med(costs[0]), med(costs[1])
-    return ("### StepTimer cost: DDP steps with the per-step breakdown vs without\n\n" + inprocess_section(max(10, 2 * blocks)) + "\n\n"
+    return ("### 11. Where the time goes: the per-step breakdown (StepTimer) cost, DDP steps with the per-step breakdown vs without\n\n" + inprocess_section(max(10, 2 * blocks)) + "\n\n"
             "On the cluster: 2 ranks, steps of about 3 ms. Each round alternates blocks of plain and timed steps on two identical models "
             "(barriers around each block); timed = `timer.iter` + `timer.step` + `timer.optimizer`, the autograd hooks "
             "timing the all-reduce wait, and a report per step (its reporter thread included). Wall time is too noisy on a "

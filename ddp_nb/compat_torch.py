@@ -60,7 +60,7 @@ def queue_autograd_callback(cb, # called with no arguments
     if eng is None or not hasattr(eng, 'queue_callback'): raise missing('torch.autograd.Variable._execution_engine.queue_callback')
     eng.queue_callback(cb)
 
-# %% ../nbs/00c_compat_torch.ipynb #054ceaca
+# %% ../nbs/00c_compat_torch.ipynb #6f3d5fe1
 _LIGHTNING_CONNECTORS = ('lightning.fabric.connector', 'lightning.pytorch.trainer.connectors.accelerator_connector',
                          'lightning_fabric.connector', 'pytorch_lightning.trainer.connectors.accelerator_connector')
 _LIGHTNING_LAUNCHERS = ('lightning.fabric.strategies.launchers.multiprocessing', 'lightning_fabric.strategies.launchers.multiprocessing')

@@ -8,12 +8,13 @@ import base64, copy, csv, html, io, math, os, sys, threading, time
 from collections import deque
 from fastcore.basics import patch
 from .core import PROGRESS_KEYS
+from .timing import straggler_verdict
 from .host import host_identity, pid_alive
 
 # %% auto #0
 __all__ = ['IDLE_GAP', 'STATUS_COLORS', 'Series', 'History', 'RankState', 'Snapshot', 'Collector', 'progress', 'rank_status',
-           'mean_line', 'auto_logy', 'plot_limits', 'limits_hold', 'plot_data', 'Plot', 'mpl_color', 'plot_svg',
-           'Dashboard', 'head_line', 'warning_lines', 'rank_table']
+           'mean_line', 'auto_logy', 'plot_limits', 'limits_hold', 'is_breakdown', 'plot_data', 'Plot', 'mpl_color',
+           'plot_svg', 'Dashboard', 'head_line', 'warning_lines', 'rank_table']
 
 # %% ../nbs/02f_dashboard.ipynb #c3589616
 class Series:
@@ -313,10 +314,14 @@ def limits_hold(lim:tuple, xs:list, ys:list, logy:bool=False) -> bool:
     f = math.log10 if logy else float
     return hi == lo or f(hi) - f(lo) >= 0.5 * (f(y1) - f(y0))
 
+def is_breakdown(name:str) -> bool:
+    "Whether a metric is part of a step's time breakdown (`ddp_nb.timing.StepTimer`: t_data, t_compute, t_comm, t_opt, t_step, ...): summarised, not plotted"
+    return name.startswith('t_')
+
 def plot_data(series:dict, # {(rank, metric): Series} of one run
              ) -> dict:
     "{metric: {rank: (steps, values), 'mean': ...}}, loss first, at most 4 metrics; lines end at each rank's last report"
-    names = sorted({n for _, n in series}, key=lambda n: (n != 'loss', n))[:4]
+    names = sorted({n for _, n in series if not is_breakdown(n)}, key=lambda n: (n != 'loss', n))[:4]
     out = {}
     for n in names:
         per = {rk: s.points() for (rk, nm), s in sorted(series.items()) if nm == n}
@@ -530,6 +535,17 @@ def flags_text(self:Dashboard) -> list[str]:
     return warning_lines(self.col.snapshot(series=False))
 
 @patch
+def _verdict(self:Dashboard, every:float=2.0) -> list[str]:
+    "The straggler verdict (`timing.straggler_verdict`) when ranks report a step breakdown, recomputed at most every `every` s"
+    now = time.monotonic()
+    if now - getattr(self, '_t_verdict', 0.) >= every:
+        self._t_verdict = now
+        try: v = straggler_verdict(self.col.history) if any(is_breakdown(k[2]) for k in list(self.col.history.series)) else None
+        except Exception: v = None
+        self._verdict_line = [v] if v else []
+    return getattr(self, '_verdict_line', [])
+
+@patch
 def header_text(self:Dashboard) -> str:
     "`head_line` of the collector's state now"
     return head_line(self.col.snapshot(series=False))
@@ -539,7 +555,7 @@ _COL = dict(rank='4.5em', status='6.5em', step='6.5em', metric='7.5em', load='20
 
 def _metric_cols(snap:Snapshot) -> list[str]:
     "The (at most 2) latest metrics the table shows, loss first"
-    return sorted({k for s in snap.current() for k in s.latest}, key=lambda n: (n != 'loss', n))[:2] or ['loss']
+    return sorted({k for s in snap.current() for k in s.latest if not is_breakdown(k)}, key=lambda n: (n != 'loss', n))[:2] or ['loss']
 
 def rank_table(snap:Snapshot, statuses:dict) -> str:
     "The rank table: rank, status, step, latest metrics, load; fixed column widths; numbers of stopped or dead ranks greyed"
@@ -582,7 +598,7 @@ def text(self:Dashboard, snap:Snapshot|None=None) -> str:
     live = lambda r: st[r] in ('running', 'idle', 'error', 'silent') and r in snap.ranks
     lines = ['[ddp_nb] ' + head_line(snap)]
     lines += ['  ' + '  '.join(f"r{r} {st[r]} {_fmt_load(snap.ranks[r].load) if live(r) else ''}".strip() for r in range(self.world_size))]
-    lines += [f"  ! {f}" for f in warning_lines(snap)]
+    lines += [f"  ! {f}" for f in warning_lines(snap) + self._verdict()]
     return '\n'.join(lines)
 
 # %% ../nbs/02f_dashboard.ipynb #3dc9e891
@@ -599,7 +615,7 @@ def _wrap_parts(line:str) -> str:
 def frame(self:Dashboard, snap:Snapshot) -> tuple:
     "(HTML of the whole dashboard, what it shows) from one snapshot: header, warnings, plot and table agree"
     st = self._statuses(snap)
-    p, flags = progress(snap.current()), warning_lines(snap)
+    p, flags = progress(snap.current()), warning_lines(snap) + self._verdict()
     warn = ''.join(f"<div class='ddp-nb-warn' style='color:#cf222e'>⚠ {html.escape(f)}</div>" for f in flags)
     head = (f"<div class='ddp-nb-header' data-step='{'' if not p else p['step']}' data-run='{snap.run}' "
             f"style='font-family:monospace;font-size:12px'>{_wrap_parts(head_line(snap))}</div>")

@@ -297,7 +297,7 @@ def load_full_into_sharded(src:Union[str, Path], # a `save_checkpoint` file, or 
         raise CheckpointError(f"{path} holds a different model than the one given: {type(e).__name__}: {str(e)[:400]}") from None
     return dict(step=state['step'], path=path)
 
-# %% ../nbs/01g_sharded.ipynb #e0fc0973
+# %% ../nbs/01g_sharded.ipynb #be26b3cd
 def _save_for_fit(folder, model, opt, step, scheduler, scaler, loader, rank_state=None):
     "`save_sharded` in the call `train.fit` makes"
     return save_sharded(folder, model, opt, step, scheduler, loader, rank_state=rank_state, scaler=scaler)
