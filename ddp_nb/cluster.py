@@ -19,6 +19,7 @@ from .supervise import Supervisor, show_stacks, stopped_ranks, where
 from .magics import activate, deactivate
 from .launch import run_script
 from .compare import compare
+from .profile import profile
 from .postmortem import PostMortem, console_file
 from .collectives import collectives_file, collectives_table, read_records, set_debug
 from .collectives import records as recent_collectives
@@ -346,6 +347,15 @@ class DDPCluster:
         "What differs between the ranks in `expr`: per entry, whether all ranks agree, which disagree, and by how much (hashes travel, not tensors)"
         self._live()
         return compare(self, expr, ranks, max_elements, diff)
+
+    def profile(self, work, # code (a string run in every rank's namespace) or a function: one call is one step
+                steps:int=5, # steps profiled, after `warmup`
+                folder=None, # where the traces go; None: a temporary folder
+                warmup:int=1, # steps run first, unprofiled
+               ):
+        "torch.profiler on every rank around `steps` steps of `work`: one merged trace (a process per rank), a summary per rank, the straggler named"
+        self._live()
+        return profile(self, work, steps, folder, warmup)
 
     def postmortem(self, rank:int|None=None, # the rank to inspect; None: the rank where the last failed cell started
                   ) -> PostMortem:

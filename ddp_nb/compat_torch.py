@@ -83,17 +83,22 @@ def lightning_not_interactive() -> int: # how many of Lightning's connector modu
 def guard_lightning_launchers(refuse, # called as refuse(strategy name, start method, processes) before a launch; raises to refuse
                              ) -> int: # how many launcher classes are guarded
     "Make Lightning's process-starting launcher (`_MultiProcessingLauncher.launch`) ask `refuse` first (tested with lightning 2.6)"
-    import functools
     classes = [m._MultiProcessingLauncher for m in _imported(_LIGHTNING_LAUNCHERS) if hasattr(m, '_MultiProcessingLauncher')]
     for cls in classes:
-        if getattr(cls.launch, '_ddp_nb_guard', False): continue
-        def guarded(self, function, *args, _launch=cls.launch, **kwargs):
-            st = getattr(self, '_strategy', None)
-            refuse(type(st).__name__, getattr(self, '_start_method', '?'), getattr(st, 'num_processes', '?'))
-            return _launch(self, function, *args, **kwargs)
-        guarded._ddp_nb_guard = True
-        cls.launch = functools.wraps(cls.launch)(guarded)
+        if getattr(cls.launch, '_ddp_nb_guard', False): cls.launch.refuse = refuse  # guarded once; the latest `refuse` decides
+        else: cls.launch = _guarded(cls.launch, refuse)
     return len(classes)
+
+def _guarded(launch, refuse):
+    "`launch`, asking `refuse` (replaceable: `.refuse`) before it starts processes"
+    import functools
+    @functools.wraps(launch)
+    def guarded(self, function, *args, **kwargs):
+        st = getattr(self, '_strategy', None)
+        guarded.refuse(type(st).__name__, getattr(self, '_start_method', '?'), getattr(st, 'num_processes', '?'))
+        return launch(self, function, *args, **kwargs)
+    guarded.refuse, guarded._ddp_nb_guard = refuse, True
+    return guarded
 
 # %% ../nbs/00c_compat_torch.ipynb #3309f68d
 def reset_accelerate_state() -> bool: # False when this process has not imported accelerate

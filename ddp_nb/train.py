@@ -24,6 +24,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 from .host import pid_alive
 from .context import ctx, rank_info
 from .report import report
+from .timing import StepTimer
 
 # %% ../nbs/01d_train.ipynb #511b0b76
 def seed_everything(seed:int=0, # the seed every rank starts from
@@ -510,6 +511,7 @@ def fit(model:nn.Module, # the DDP-wrapped model
         ckpt_every:Optional[int]=None, # also checkpoint every this many optimizer steps
         max_steps:Optional[int]=None, # stop after this many optimizer steps in all
         checkpointer=None, # (save, load) for `ckpt_dir`; None: single-file checkpoints (`ddp_nb.sharded.SHARDED` for FSDP2 models)
+        timing:bool=False, # also report each step's breakdown: data wait, compute, communication wait, optimizer (`timing.StepTimer`)
        ) -> dict: # step, epoch, per-epoch losses (mean over ranks), the step it resumed from (or None)
     "Train `model` for `epochs` with accumulation, AMP, reporting and resumable checkpoints"
     dev, scaler = rank_info().device, grad_scaler(amp)
@@ -528,12 +530,14 @@ def fit(model:nn.Module, # the DDP-wrapped model
         if dist.is_initialized(): dist.all_reduce(tot)
         st['losses'].append((tot[0] / tot[1]).item()); st['tot'] = zeros()
         if ckpt_dir and not (ckpt_every and st['step'] % ckpt_every == 0): save()
+    timer = StepTimer(model) if timing else None
+    batches = (lambda: timer.iter(loader)) if timer is not None else (lambda: loader)
     model.train()
     with stop_requests():  # one stop region: a stop between epochs is cooperative too
         while loader.epoch < epochs and (max_steps is None or st['step'] < max_steps):
             n, gl, ended = len(loader), torch.zeros((), device=dev), False
             try:
-                for x, y in loader:
+                for x, y in batches():
                     size, last = accumulation_group(loader.batch - 1, n, accum)
                     x, y = x.to(dev, non_blocking=True), y.to(dev, non_blocking=True)
                     with sync_context(model, last):
@@ -541,12 +545,14 @@ def fit(model:nn.Module, # the DDP-wrapped model
                         scaler.scale(loss / size).backward()
                     gl += loss.detach().float() / size
                     if not last: continue
+                    if timer is not None: timer.mark('opt')
                     if max_grad_norm: scaler.unscale_(opt); nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
                     scaler.step(opt); scaler.update(); opt.zero_grad(set_to_none=True)
                     if scheduler is not None: scheduler.step()
                     st['step'] += 1
                     st['tot'][0] += gl; st['tot'][1] += 1
                     report(st['step'], loss=gl, epoch=loader.epoch, total=n // accum + (n % accum > 0))
+                    if timer is not None: timer.end(st['step'])  # (the same row of cl.history as the loss)
                     gl = torch.zeros((), device=dev)
                     if ckpt_dir and ((ckpt_every and st['step'] % ckpt_every == 0) or st['step'] == max_steps): save()
                     if st['step'] == max_steps: break
@@ -556,4 +562,6 @@ def fit(model:nn.Module, # the DDP-wrapped model
                 raise
             finally:
                 if ended: end_epoch()
+                if timer is not None: timer.flush()
+    if timer is not None and timer.grad_wait is not None: timer.grad_wait.remove()
     return dict(step=st['step'], epoch=loader.epoch, losses=st['losses'], resumed_from=info['step'] if info else None)
