@@ -15,8 +15,9 @@ from . import rank
 from .ranks import RankSet
 
 # %% auto #0
-__all__ = ['proc_status', 'where', 'show_stacks', 'RankFailure', 'Interrupted', 'cell_label', 'Watch', 'Supervisor', 'hang_limit',
-           'desync_states', 'stopped_ranks', 'issued_counts']
+__all__ = ['FEW', 'proc_status', 'where', 'rank_ranges', 'stack_frames', 'group_stacks', 'group_header', 'grouped_stacks',
+           'show_stacks', 'RankFailure', 'Interrupted', 'cell_label', 'Watch', 'Supervisor', 'hang_limit',
+           'desync_states', 'stopped_ranks', 'issued_counts', 'rank_lines']
 
 # %% ../nbs/02c_supervise.ipynb #dd12faf1
 def _short_stack(text:str, # faulthandler output for one process
@@ -63,9 +64,85 @@ def where(rs:RankSet, # the ranks
         out[r] = _short_stack(text) if text.strip() else f'no answer within {wait:g}s'
     return out
 
+# %% ../nbs/02c_supervise.ipynb #82272c47
+FEW = 4  # up to this many ranks, reports go rank by rank; beyond, ranks that look the same are grouped
+_FRAME = re.compile(r'File "(.+?)", line (\d+) in (.+)')
+_LIBRARY = re.compile(r'[/\\](site-packages|dist-packages|lib[/\\]python\d+\.\d+|ddp_nb)[/\\]|^<frozen')
+_CELL_NAME = re.compile(r'[/\\]ipykernel_\d+[/\\]\d+\.py$|^<(?!frozen)')
+
+def rank_ranges(ranks, # rank numbers, in any order
+               ) -> str: # e.g. '0, 2–4, 9'
+    "Ranks as a short list: runs of three or more as 'first–last'"
+    rs, out, i = sorted(set(ranks)), [], 0
+    while i < len(rs):
+        j = i
+        while j + 1 < len(rs) and rs[j + 1] == rs[j] + 1: j += 1
+        out += [f"{rs[i]}–{rs[j]}"] if j - i >= 2 else [str(r) for r in rs[i:j + 1]]
+        i = j + 1
+    return ', '.join(out)
+
+def stack_frames(text:str, # a stack as `where` gives it (or a state: 'dead', 'stopped (...)')
+                ) -> list: # (file, line, function), innermost first; [] for a state
+    "The frames of a faulthandler stack, without thread ids or addresses"
+    return [(f, int(l), fn.strip()) for f, l, fn in _FRAME.findall(text)]
+
+def group_stacks(stacks:dict, # rank -> stack text or state (`where`)
+                ) -> list: # [(ranks, representative text)], the biggest group first
+    "Ranks with the same frames together (a state is its own group), the biggest group first, ties by lowest rank"
+    groups = {}
+    for r in sorted(stacks): groups.setdefault(tuple(stack_frames(stacks[r])) or stacks[r].strip(), []).append(r)
+    return sorted(((rs, stacks[rs[0]]) for rs in groups.values()), key=lambda g: (-len(g[0]), g[0][0]))
+
+def _place(frame:tuple) -> str:
+    "'cell line 3 (log_metric)' or 'data.py:88 (next_batch)'"
+    f, l, fn = frame
+    return (f"cell line {l}" if _CELL_NAME.search(f) else f"{Path(f).name}:{l}") + ('' if fn == '<module>' else f" ({fn})")
+
+def group_header(ranks:list, # the group's ranks
+                 text:str, # its stack, or its state
+                ) -> str:
+    "One line for a group: its ranks as ranges, how many, and where they are (the call they wait in, the user's innermost frame)"
+    many = len(ranks) > 1
+    who = f"ranks {rank_ranges(ranks)} ({len(ranks)} ranks)" if many else f"rank {ranks[0]}"
+    frames = stack_frames(text)
+    if not frames: return f"{who}: {text.strip()}"
+    user = next((x for x in frames if not _LIBRARY.search(x[0])), None)
+    if user is frames[0]: return f"{who} {'are' if many else 'is'} at {_place(user)}"
+    wait = f"{who} {'wait' if many else 'waits'} in {frames[0][2]}"
+    return f"{wait} at {_place(user)}" if user else f"{wait} ({Path(frames[0][0]).name}:{frames[0][1]})"
+
+def grouped_stacks(stacks:dict, # rank -> stack text or state (`where`)
+                  ) -> str:
+    "`where`'s answer for many ranks: one block per group of ranks with the same stack, the biggest first"
+    out = []
+    for ranks, text in group_stacks(stacks):
+        body = [l for l in text.splitlines() if l.startswith('  ')] if stack_frames(text) else []
+        out.append(f"--- {group_header(ranks, text)}" + (':\n' + '\n'.join(body) if body else ''))
+    return '\n'.join(out)
+
+# %% ../nbs/02c_supervise.ipynb #d2a87bda
 def show_stacks(rs:RankSet, stacks:dict, file=None):
-    "Print `where`'s answer, one block per rank"
+    "Print `where`'s answer: one block per rank for a few ranks, one block per group of ranks with the same stack beyond `FEW`"
+    if len(stacks) > FEW: print(grouped_stacks(stacks), file=file); return
     for r, s in stacks.items(): print(f"--- {rs.describe(r)}: " + ('\n' + s if '\n' in s else s), file=file)
+
+def _ranks_text(rs:RankSet, ranks:list, n:int) -> str:
+    "The ranks named one by one (host, pid) in a cluster of `n` up to `FEW` ranks, else as ranges with a count"
+    if n <= FEW: return ', '.join(rs.describe(r) for r in ranks)
+    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {rank_ranges(ranks)} ({len(ranks)} ranks)"
+
+def _ids(ranks, n:int) -> str:
+    "'[0, 1]' in a cluster of `n` up to `FEW` ranks (as always), else '0, 2–63'"
+    return str(sorted(ranks)) if n <= FEW else rank_ranges(ranks)
+
+def _rank_list(ranks, n:int) -> str:
+    "'ranks [0, 1]' in a cluster of `n` up to `FEW` ranks (as always), else 'rank 1', 'ranks 0, 2–63' or 'no ranks'"
+    if n <= FEW: return f"ranks {sorted(ranks)}"
+    return 'no ranks' if not ranks else f"rank {min(ranks)}" if len(ranks) == 1 else f"ranks {rank_ranges(ranks)}"
+
+def _cap(s:str) -> str:
+    "`s` with its first letter upper case (and the rest as it is)"
+    return s[:1].upper() + s[1:]
 
 # %% ../nbs/02c_supervise.ipynb #797b9dfc
 class RankFailure(Exception):
@@ -240,14 +317,14 @@ def _hanging(self:Supervisor, w:Watch, running:list, states:dict) -> bool:
 
 @patch
 def hang_report(self:Supervisor, running:list, waited:float, finished:list=()):
-    "Print the stuck ranks, the ranks that already finished (a skipped collective?), every rank's stack, and the ways out"
+    "Print the stuck ranks, the ranks that already finished (a skipped collective?), every rank's stack (grouped beyond `FEW` ranks), and the ways out"
     stacks = where(self.rs, self.cluster_id, running)
-    stuck = [r for r in running if stacks[r].startswith(('stopped', 'dead', 'no answer'))] or running
-    print(f"[ddp_nb watchdog] no progress for {waited:.0f}s. Stuck: {', '.join(self.rs.describe(r) for r in stuck)}.", file=sys.stderr)
+    stuck, n = [r for r in running if stacks[r].startswith(('stopped', 'dead', 'no answer'))] or running, len(self.rs)
+    print(f"[ddp_nb watchdog] no progress for {waited:.0f}s. Stuck: {_ranks_text(self.rs, stuck, n)}.", file=sys.stderr)
     desync = self.desync({**{r: ('running', None) for r in running}, **{r: ('ok', None) for r in finished}})
     if desync: print(desync[:1].upper() + desync[1:], file=sys.stderr)
-    if finished: print(f"Ranks {sorted(finished)} already FINISHED the cell while ranks {sorted(running)} wait: a collective that ranks "
-                       f"{sorted(finished)} skipped (one inside `if rank == ...:`)? Every rank must issue the same collectives.", file=sys.stderr)
+    if finished: print(f"{_cap(_rank_list(finished, n))} already FINISHED the cell while {_rank_list(running, n)} wait: a collective that "
+                       f"{_rank_list(finished, n)} skipped (one inside `if rank == ...:`)? Every rank must issue the same collectives.", file=sys.stderr)
     show_stacks(self.rs, stacks, file=sys.stderr)
     print("Ways out: the stop button or cl.interrupt() (ranks stuck in a collective are ended), cl.restart() to replace "
           "stuck ranks, or wait if this is a slow step (set cl.hang_after to more seconds).", file=sys.stderr)
@@ -260,6 +337,16 @@ def issued_counts(rs:RankSet, ranks:list|None=None, # ranks to ask; None: all
     try: return rs.call(rank.issued, ranks=ranks, what='Counting collectives', timeout=timeout)
     except Exception: return None
 
+def rank_lines(others:list, # [(rank, what follows 'rank R' in its line)]
+               n:int, # ranks in the cluster
+              ) -> list: # the lines
+    "'  rank R: ...' for each rank in a cluster of up to `FEW` ranks; beyond, ranks with the same words share a line ('  ranks 2–63: ...')"
+    if n <= FEW: return [f"  rank {r}{t}" for r, t in others]
+    groups = {}
+    for r, t in others: groups.setdefault(t, []).append(r)
+    return [f"  rank {rs[0]}{t}" if len(rs) == 1 else f"  ranks {rank_ranges(rs)}{t.replace(' its state', ' their state')}"
+            for t, rs in sorted(groups.items(), key=lambda g: g[1][0])]
+
 @patch
 def failure(self:Supervisor, states:dict, first:list, ended:list, cell:str='the cell',
             desync:str|None=None, # what the ranks' recent collectives say (`desync`), if they were read
@@ -269,36 +356,37 @@ def failure(self:Supervisor, states:dict, first:list, ended:list, cell:str='the 
     origin = dead[0] if dead else first[0]  # a death explains the errors of the ranks that were talking to it
     self.last_origin = origin  # where `cl.postmortem()` looks by default
     state, err = states[origin]
-    rs = self.rs
+    rs, n = self.rs, len(states)
     host = rs.plan[origin]['host']
     on_host = [r for r in sorted(states) if rs.plan[r]['host'] == host]
     whole = len(on_host) > 1 and all(states[r][0] in ('dead', 'lost') for r in on_host) and len(on_host) < len(states)
     if state == 'lost':
-        head = (f"Host {host} (ranks {on_host}) stopped answering while running the cell" if whole else
+        head = (f"Host {host} (ranks {_ids(on_host, n)}) stopped answering while running the cell" if whole else
                 f"{rs.describe(origin)} stopped answering while running the cell") + \
                ": its engines and their nannies are gone, stopped, or cut off from this notebook (host down, network, out of memory?)."
         detail = ''
     elif state == 'dead':
-        head = (f"Host {host}: every rank there ({on_host}) ended while running the cell; {rs.describe(origin)} "
+        head = (f"Host {host}: every rank there ({_ids(on_host, n)}) ended while running the cell; {rs.describe(origin)} "
                 if whole else f"{rs.describe(origin)} ") + f"{self.death(origin)} while running the cell."
         detail = ''
     else:
         head = f"{rs.describe(origin)} raised {_one_line(err)}"
         detail = f"--- traceback of rank {origin}, where it started:\n{_traceback(err, cell)}"
-    lines = [head]
+    others = []  # (rank, what follows 'rank R')
     for r in sorted(states):
         if r == origin: continue
         s, e = states[r]
-        if r in ended: lines.append(f"  rank {r}: was still running {self.grace:g}s after (most likely waiting for rank {origin} in a collective) and was ended: its state is lost.")
-        elif s == 'dead': lines.append(f"  rank {r} (host {rs.plan[r]['host']}): {self.death(r)}.")
-        elif s == 'lost': lines.append(f"  rank {r} (host {rs.plan[r]['host']}): stopped answering too.")
-        elif s == 'error' and r in first and _one_line(e) == _one_line(err): lines.append(f"  rank {r}: raised the same error.")
-        elif s == 'error': lines.append(f"  rank {r}: then failed too: {_one_line(e)}")
-        elif s in ('ok', 'stopped'): lines.append(f"  rank {r}: finished the cell.")
+        if r in ended: others.append((r, f": was still running {self.grace:g}s after (most likely waiting for rank {origin} in a collective) and was ended: its state is lost."))
+        elif s == 'dead': others.append((r, f" (host {rs.plan[r]['host']}): {self.death(r)}."))
+        elif s == 'lost': others.append((r, f" (host {rs.plan[r]['host']}): stopped answering too."))
+        elif s == 'error' and r in first and _one_line(e) == _one_line(err): others.append((r, ": raised the same error."))
+        elif s == 'error': others.append((r, f": then failed too: {_one_line(e)}"))
+        elif s in ('ok', 'stopped'): others.append((r, ": finished the cell."))
+    lines = [head] + rank_lines(others, n)
     if desync: lines.append(desync[:1].upper() + desync[1:])
     lost = sorted(set(ended) | {r for r in states if states[r][0] in ('dead', 'lost')})
     kept = [r for r in sorted(states) if r not in lost]
-    if lost: lines.append(f"Ranks {kept} kept their state. cl.restart() replaces ranks {lost} (their state is lost) and forms a new "
+    if lost: lines.append(f"{_cap(_rank_list(kept, n))} kept their state. cl.restart() replaces {_rank_list(lost, n)} (their state is lost) and forms a new "
                           "process group; then re-run your setup cells, which the new ranks have not run.")
     elif any(states[r][0] == 'error' for r in states) and len(first) < len(states):
         counts = issued_counts(rs, sorted(states))  # a plain error on one rank leaves the group in step: no advice then
