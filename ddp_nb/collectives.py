@@ -91,6 +91,8 @@ class _Writer(threading.Thread):
         from ddp_nb.compat_torch import flight_recorder_dump, issued_per_group
         prev = written = None; t_written = 0.0
         self.t0, self.writes, self.cpu = time.monotonic(), 0, 0.0
+        try: write_records(self.path, self.last)  # at once: pays the flight recorder's one-time symbolizer start (~1 s) here, in the background, not in a hang
+        except Exception as e: print(f"ddp_nb.collectives: cannot write {self.path}: {e}", file=sys.__stderr__); return
         while not self.stop.wait(self.poll):
             try:
                 st = (issued_per_group(), flight_recorder_dump(stacks=False, collectives=False).get('pg_status'))
@@ -118,7 +120,6 @@ def install(cluster_id:str|None=None, # None: this engine's IPP_CLUSTER_ID
     if every is None: every = 10.0 if ring_size() <= 512 else float('inf')  # a write symbolizes the whole ring: ~11 ms for 256 entries, ~0.7 s for 2000
     cid = cluster_id or os.environ.get('IPP_CLUSTER_ID', 'local')
     path = collectives_file(cid, int(os.environ.get('RANK', 0)) if rank is None else rank)
-    write_records(path, last)  # also pays the flight recorder's one-time symbolizer start here, not in a hang
     _writer['t'] = w = _Writer(path, poll, every, last); w.start()
     return path
 
