@@ -15,7 +15,7 @@ _job = {}
 def build(lr: float = 0.1, batch: int = 32) -> float:
     "On a rank: build the compiled digits model (compile, then DDP), optimizer and fixed-size batches; the first step's seconds"
     import torch, torch.nn as nn
-    from ddp_nb.engine import rank_info
+    from ddp_nb.context import rank_info
     from ddp_nb.train import wrap_model, seed_everything
     from ddp_nb.digits import digits_data
     ri = rank_info()
