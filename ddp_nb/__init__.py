@@ -5,7 +5,7 @@ from .report import report  # `from ddp_nb import report` gives the function ran
 __all__ = ['DDPCluster', 'report']
 
 def __getattr__(name):
-    "Import `DDPCluster` on first use, so engines and torchrun workers that import `ddp_nb.engine` skip ipyparallel's client"
+    "Import `DDPCluster` on first use, so engines and torchrun workers that import `ddp_nb.rank` skip ipyparallel's client"
     if name == 'DDPCluster':
         from .cluster import DDPCluster
         return DDPCluster
