@@ -5,7 +5,7 @@
 import argparse, time
 from pathlib import Path
 from benchmarks.common import machine, HERE
-from benchmarks import startup, throughput, cells, iteration, monitor, memory, stopvote, gpu, compile_warm, collectives, timing
+from benchmarks import startup, throughput, cells, iteration, monitor, memory, stopvote, gpu, compile_warm, collectives, timing, scale
 
 
 def main(argv=None):
@@ -25,7 +25,8 @@ def main(argv=None):
              gpu.run(1, 0.3) if f else gpu.run(3, 2),
              compile_warm.run(1, cold=False) if f else compile_warm.run(3),
              collectives.run(1, 0.5) if f else collectives.run(3, 2),
-             timing.run(1, 4) if f else timing.run(3, 20)]
+             timing.run(1, 4) if f else timing.run(3, 20),
+             scale.run(1, 1., (8, 64), slow=()) if f else scale.run(3, 5.)]
     head = (f"Machine: {machine()}  \nCommand: `python -m benchmarks{' --fast' if f else ''}` "
             f"({time.time() - t0:.0f} s, {time.strftime('%Y-%m-%d')}). Only ratios carry across machines and runs.\n\n")
     text = head + '\n\n'.join(parts) + '\n'
