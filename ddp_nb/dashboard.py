@@ -49,7 +49,7 @@ class Series:
         extra = [(s, v) for s, v in self.tail if s > end]
         return self.steps + [s for s, _ in extra], self.vals + [v for _, v in extra]
 
-# %% ../nbs/02f_dashboard.ipynb #a07670dc
+# %% ../nbs/02f_dashboard.ipynb #545ec5ae
 class Band:
     "Count, sum, sum of squares, min and max across ranks of one metric at each step: the mean and min–max band of many ranks"
     def __init__(self, cap:int=2048, tail:int=256):
@@ -392,11 +392,15 @@ def rank_status(s:RankState|None, # what the reports said, None if the rank neve
                 now:float, # time.time()
                 local_host:str, # this host's identity (`core.host_identity`), to check pids of local ranks
                 stopped:bool=False, # the cluster was stopped (`cl.stop()`)
+                alive:dict|None=None, # pid -> alive, shared by the calls of one frame: each local pid is checked once
                ) -> str:
     "running, idle, error, dead, silent (no heartbeat for 3 s), waiting (no report yet), replaced (a new engine, idle, no report yet) or stopped"
     if stopped: return 'stopped'
     if task == 'dead': return 'dead'
-    if s is not None and s.host == local_host and s.pid and not pid_alive(s.pid): return 'dead'
+    if s is not None and s.host == local_host and s.pid:
+        if alive is None: alive = {}
+        if s.pid not in alive: alive[s.pid] = pid_alive(s.pid)
+        if not alive[s.pid]: return 'dead'
     if task == 'error' or (s is not None and s.error): return 'error'
     if s is not None and now - s.seen > 3: return 'silent'
     if task == 'running' or (s is not None and s.busy): return 'running'
@@ -678,7 +682,8 @@ def _statuses(self:Dashboard, snap:Snapshot|None=None) -> dict:
     try: tasks = {} if stopped else (self.task_status() or {})
     except Exception: tasks = {}
     now = time.time()
-    return {r: rank_status(ranks.get(r), tasks.get(r), now, self.host, stopped) for r in range(self.world_size)}
+    alive = {}
+    return {r: rank_status(ranks.get(r), tasks.get(r), now, self.host, stopped, alive) for r in range(self.world_size)}
 
 @patch
 def snapshot(self:Dashboard, series:bool=True) -> Snapshot:
