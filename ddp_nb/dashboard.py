@@ -49,7 +49,7 @@ class Series:
         extra = [(s, v) for s, v in self.tail if s > end]
         return self.steps + [s for s, _ in extra], self.vals + [v for _, v in extra]
 
-# %% ../nbs/02f_dashboard.ipynb #545ec5ae
+# %% ../nbs/02f_dashboard.ipynb #cf87dd1f
 class Band:
     "Count, sum, sum of squares, min and max across ranks of one metric at each step: the mean and min–max band of many ranks"
     def __init__(self, cap:int=2048, tail:int=256):
