@@ -50,7 +50,7 @@ class Series:
         extra = [(s, v) for s, v in self.tail if s > end]
         return list(self.steps) + [s for s, _ in extra], list(self.vals) + [v for _, v in extra]
 
-# %% ../nbs/02f_dashboard.ipynb #6f63e647
+# %% ../nbs/02f_dashboard.ipynb #1579897d
 class Band:
     "Count, sum, sum of squares, min and max across ranks of one metric at each step: the mean and min–max band of many ranks"
     def __init__(self, cap:int=2048, tail:int=256):
