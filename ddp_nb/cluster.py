@@ -512,7 +512,8 @@ class DDPCluster:
 
     def _connect_reporters(self, ranks:list|None=None):
         "Connect the reporters of `ranks` (None: all) to the kernel's collector"
-        self._ranks.call(connect_reporter, self._collector.addr, ranks=ranks, what='Connecting the ranks to the dashboard', timeout=self.timeout)
+        every = 0.1 if self.world_size <= 512 else 0.5  # batches per second decide the kernel's cost at scale (benchmarks/scale.py)
+        self._ranks.call(connect_reporter, self._collector.addr, ranks=ranks, interval=every, what='Connecting the ranks to the dashboard', timeout=self.timeout)
 
     def _death(self, r:int) -> str:
         "How the engine of rank `r` ended, in words: its exit status when it ran on this host"

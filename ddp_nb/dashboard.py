@@ -4,7 +4,8 @@
 
 # %% ../nbs/02f_dashboard.ipynb #49f8de92
 from __future__ import annotations
-import base64, copy, csv, html, io, math, os, sys, threading, time
+import base64, copy, csv, html, io, json, math, os, sys, threading, time
+from array import array
 from collections import deque
 from fastcore.basics import patch
 from .core import PROGRESS_KEYS
@@ -12,53 +13,119 @@ from .timing import straggler_verdict
 from .host import host_identity, pid_alive
 
 # %% auto #0
-__all__ = ['IDLE_GAP', 'STATUS_COLORS', 'Series', 'History', 'RankState', 'Snapshot', 'Collector', 'progress', 'rank_status',
-           'mean_line', 'auto_logy', 'plot_limits', 'limits_hold', 'is_breakdown', 'plot_data', 'Plot', 'mpl_color',
-           'plot_svg', 'Dashboard', 'head_line', 'warning_lines', 'rank_table']
+__all__ = ['IDLE_GAP', 'STATUS_COLORS', 'Series', 'Band', 'History', 'RankState', 'Snapshot', 'Collector', 'deviation',
+           'progress', 'rank_status', 'mean_line', 'auto_logy', 'plot_limits', 'limits_hold', 'is_breakdown',
+           'plot_data', 'band_data', 'Plot', 'mpl_color', 'plot_svg', 'Dashboard', 'status_summary', 'head_line',
+           'warning_lines', 'compact_ranks', 'rank_table']
 
 # %% ../nbs/02f_dashboard.ipynb #c3589616
 class Series:
     "A metric's (step, time, value) points, decimated by step so at most `cap` are kept, plus the newest `tail` points"
     def __init__(self, cap:int=2048, tail:int=64):
-        self.cap, self.stride, self.steps, self.ts, self.vals = cap, 1, [], [], []
+        self.cap, self.stride, self.steps, self.ts, self.vals = cap, 1, array('q'), array('d'), array('d')  # unboxed: 24 bytes a point, not 100
         self.last, self.first = None, None  # the newest point, kept whatever the stride; the step strides count from
         self.tail = deque(maxlen=tail)  # the newest (step, value)s whatever the stride: where lines end, and ranks meet
     def add(self, step:int, t:float, v:float):
-        self.last = (step, t, v)
-        self.tail.append((step, v))
-        if self.first is None: self.first = step
-        if (step - self.first) % self.stride: return
-        self.steps.append(step); self.ts.append(t); self.vals.append(v)
+        "Add one point"
+        self.extend(((step, t, v),))
+    def extend(self, pts):
+        "Add points (step, time, value), oldest first: the collector adds a batch at a time"
+        if self.first is None and pts: self.first = pts[0][0]
+        first, tail, steps, ts, vals = self.first, self.tail, self.steps, self.ts, self.vals
+        for p in pts:
+            tail.append((p[0], p[2]))
+            if (p[0] - first) % self.stride: continue
+            steps.append(p[0]); ts.append(p[1]); vals.append(p[2])
+            if len(steps) > self.cap: self._thin(); steps, ts, vals = self.steps, self.ts, self.vals
+        if pts: self.last = tuple(pts[-1])
+    def _thin(self):
+        "Double the stride until at most `cap` points are kept"
         while len(self.steps) > self.cap:
             self.stride *= 2
             keep = [i for i, s in enumerate(self.steps) if (s - self.first) % self.stride == 0]
-            self.steps, self.ts, self.vals = [self.steps[i] for i in keep], [self.ts[i] for i in keep], [self.vals[i] for i in keep]
+            self.steps, self.ts, self.vals = (array(a.typecode, (a[i] for i in keep)) for a in (self.steps, self.ts, self.vals))
     def points(self) -> tuple:
         "(steps, values) to draw: the kept points, then the newest ones after them, so a line ends at the last report"
         end = self.steps[-1] if self.steps else -math.inf
         extra = [(s, v) for s, v in self.tail if s > end]
-        return self.steps + [s for s, _ in extra], self.vals + [v for _, v in extra]
+        return list(self.steps) + [s for s, _ in extra], list(self.vals) + [v for _, v in extra]
+
+# %% ../nbs/02f_dashboard.ipynb #1579897d
+class Band:
+    "Count, sum, sum of squares, min and max across ranks of one metric at each step: the mean and min–max band of many ranks"
+    def __init__(self, cap:int=2048, tail:int=256):
+        self.cap, self.tail, self.stride, self.first, self.top, self.at = cap, tail, 1, None, -math.inf, {}  # step -> [n, sum, sum2, lo, hi]
+    def extend(self, pts):
+        "Add one rank's points (step, time, value); non-finite values are left out (the reporter flags them)"
+        at = self.at
+        for p in pts:
+            step, v = p[0], p[2]
+            if v != v or v in (math.inf, -math.inf): continue
+            a = at.get(step)
+            if a is not None:
+                a[0] += 1; a[1] += v; a[2] += v * v
+                if v < a[3]: a[3] = v
+                elif v > a[4]: a[4] = v
+                continue
+            if self.first is None: self.first = step
+            if (step - self.first) % self.stride and step <= self.top - self.tail: continue  # thinned away already
+            at[step] = [1, v, v * v, v, v]
+            if step > self.top: self.top = step
+            if len(at) > self.cap + self.tail: self._thin(); at = self.at
+    def _thin(self):
+        "Keep steps on a doubled stride, and the newest `tail` steps whatever the stride"
+        keep = lambda: {s: a for s, a in self.at.items() if (s - self.first) % self.stride == 0 or s > self.top - self.tail}
+        self.at = keep()  # steps that left the newest `tail` go first
+        while len(self.at) > self.cap + self.tail: self.stride *= 2; self.at = keep()
+    def mean(self, step:int) -> tuple:
+        "(ranks, mean, standard deviation) at `step`, or (0, nan, nan)"
+        a = self.at.get(step)
+        if a is None: return 0, math.nan, math.nan
+        m = a[1] / a[0]
+        return a[0], m, math.sqrt(max(0., a[2] / a[0] - m * m))
+    def ranks(self) -> int:
+        "The most ranks any step has"
+        return max((a[0] for a in self.at.values()), default=0)
+    def lines(self, quorum:int=1) -> tuple:
+        "(steps, mean, min, max) at the steps at least `quorum` ranks reported (the newest steps wait for the slower ranks)"
+        ss = sorted(s for s, a in self.at.items() if a[0] >= quorum)
+        return ss, [self.at[s][1] / self.at[s][0] for s in ss], [self.at[s][3] for s in ss], [self.at[s][4] for s in ss]
+    def copy(self) -> Band:
+        "A copy the collector thread will not change"
+        c = copy.copy(self); c.at = {s: list(a) for s, a in self.at.items()}
+        return c
 
 # %% ../nbs/02f_dashboard.ipynb #c31c5e4a
 def _copy(s:Series) -> Series:
     "A snapshot of a series that the collector thread will not change"
     c = Series(s.cap, s.tail.maxlen)
-    c.stride, c.first, c.last, c.steps, c.ts, c.vals, c.tail = s.stride, s.first, s.last, list(s.steps), list(s.ts), list(s.vals), deque(s.tail, s.tail.maxlen)
+    c.stride, c.first, c.last, c.steps, c.ts, c.vals, c.tail = s.stride, s.first, s.last, s.steps[:], s.ts[:], s.vals[:], deque(s.tail, s.tail.maxlen)
     return c
 
 class History:
     "Every rank's metrics by run: bounded series, exported as records, a DataFrame or CSV"
     def __init__(self, cap:int=2048, runs:int=5):
         self.cap, self.max_runs, self.series, self.lock = cap, runs, {}, threading.Lock()
+        self.bands, self._runs = {}, set()  # {(run, name): Band} across ranks; the runs held
     def add(self, run:int, rank:int, step:int, t:float, name:str, v:float):
         "Add one point"
+        self.extend(run, rank, name, [(step, t, v)])
+    def extend(self, run:int, rank:int, name:str, pts:list):
+        "Add one rank's points [(step, time, value)] of metric `name`, oldest first (one lookup and one lock per batch)"
         with self.lock:
-            k = (run, rank, name)
-            if k not in self.series:
-                old = set(sorted({r for r, _, _ in self.series} | {run})[:-self.max_runs]) - {run}
-                for key in [key for key in self.series if key[0] in old]: del self.series[key]
-                self.series[k] = Series(self.cap)
-            self.series[k].add(step, t, v)
+            s = self.series.get((run, rank, name)) or self._new(run, rank, name)
+            s.extend(pts)
+            self.bands[run, name].extend(pts)
+    def _new(self, run:int, rank:int, name:str) -> Series:
+        "A new series (under the lock); the oldest runs beyond `runs` go, except `run` itself"
+        old = set(sorted(self._runs | {run})[:-self.max_runs]) - {run}
+        if old:
+            for key in [key for key in self.series if key[0] in old]: del self.series[key]
+            for key in [key for key in self.bands if key[0] in old]: del self.bands[key]
+        self._runs = (self._runs - old) | {run}
+        if (run, name) not in self.bands: self.bands[run, name] = Band(self.cap)
+        s = self.series[run, rank, name] = Series(self.cap)
+        return s
     def runs(self) -> list[int]:
         "Runs still held, oldest first"
         with self.lock: return sorted({r for r, _, _ in self.series})
@@ -101,6 +168,7 @@ class RankState:
         self.flags = deque(maxlen=20)
         self.active, self.first_step, self.last_t, self.was_active, self.gap = 0., None, None, False, False  # active time of the run
         self.replaced, self.fresh = None, False  # the pid of the engine this one replaced; True until the new engine reports a point
+        self.received = 0  # points received from this engine
 
 def _replacement(old:RankState) -> RankState:
     "The state of a new engine in `old`'s rank (cl.restart): none of the old numbers; its first point starts a new run"
@@ -110,14 +178,19 @@ def _replacement(old:RankState) -> RankState:
 
 def _copy_state(s:RankState) -> RankState:
     "A copy of a rank's state that the collector thread will not change"
-    c = copy.copy(s)
+    c = RankState.__new__(RankState); c.__dict__.update(s.__dict__)  # copy.copy's reduce protocol costs twice as much: 1,024 ranks a frame
     c.rate, c.flags, c.latest, c.progress, c.load = deque(s.rate), deque(s.flags), dict(s.latest), dict(s.progress), dict(s.load)
     return c
 
 class Snapshot:
     "The collector's state at one moment — header, plot and table are all drawn from one of these, so they agree"
-    def __init__(self, t:float, version:int, newest:float, ranks:dict, run:int, series:dict, stopped:bool):
+    def __init__(self, t:float, version:int, newest:float, ranks:dict, run:int, series:dict, stopped:bool,
+                 bands:dict|None=None, # {metric: Band} of the run, for the view of many ranks
+                 outliers:dict|None=None, # {metric: [(rank, deviation)]}, most deviating first: the only series copied then
+                 deviation:dict|None=None, # {rank: its largest deviation over the metrics}
+                ):
         self.t, self.version, self.newest, self.ranks, self.run, self.series, self.stopped = t, version, newest, ranks, run, series, stopped
+        self.bands, self.outliers, self.deviation = bands or {}, outliers or {}, deviation or {}
     def current(self) -> list:
         "States of the ranks that reported a step in the current run, by rank"
         return [s for _, s in sorted(self.ranks.items()) if s.run == self.run and s.step is not None]
@@ -148,46 +221,93 @@ def _ingest(self:Collector, msg:dict):
     with self.lock: self._fold(msg)
 
 @patch
-def _fold(self:Collector, msg:dict):
-    "`_ingest` without the lock"
-    rs = self.ranks.setdefault(msg['rank'], RankState(msg['rank']))
-    if rs.pid is not None and msg['pid'] != rs.pid: rs = self.ranks[msg['rank']] = _replacement(rs)  # cl.restart gave the rank a new engine
-    rs.pid, rs.host, rs.seen, rs.busy = msg['pid'], msg['host'], time.time(), msg['busy']
+def _fold(self:Collector, msg:dict, now:float|None=None):
+    "`_ingest` without the lock (`now`: the time the batch was received)"
+    r, pts = msg['rank'], msg['pts']
+    rs = self.ranks.get(r)
+    if rs is None: rs = self.ranks[r] = RankState(r)
+    if rs.pid is not None and msg['pid'] != rs.pid: rs = self.ranks[r] = _replacement(rs)  # cl.restart gave the rank a new engine
+    rs.pid, rs.host, rs.seen, rs.busy = msg['pid'], msg['host'], now or time.time(), msg['busy']
     rs.stop_eta = msg.get('stop_eta')  # inside a cooperative stop region: how long a stop would take
-    if 'load' in msg: rs.load = msg['load']
+    load, flags = msg.get('load'), msg.get('flags')
+    if load is not None: rs.load = load
     rs.error = msg.get('error')
-    for step, k, why in msg.get('flags', []): rs.flags.append((step, k, why))
-    t_msg, act = msg.get('t', time.time()), bool(msg.get('cell')) or bool(msg['pts'])  # active: a cell runs, or points came
+    if flags:
+        for step, k, why in flags: rs.flags.append((step, k, why))
+    t_msg, act = msg.get('t', rs.seen), bool(msg.get('cell')) or bool(pts)  # active: a cell runs, or points came
     if rs.start is not None and rs.was_active and act and rs.last_t is not None: rs.active += max(0., t_msg - rs.last_t)
     rs.was_active, rs.last_t, rs.gap = act, t_msg, rs.gap or not act
-    for t, step, vals in msg['pts']:
+    if not pts:
+        if flags: self.version += 1
+        return  # a heartbeat alone is no news
+    groups, rate, latest = {}, rs.rate, rs.latest  # groups: (run, metric) -> [(step, t, value)], added to the history a batch at a time
+    for t, step, vals in pts:
         if rs.fresh or (rs.step is not None and step < rs.step):  # the step went back (equal: more metrics, same step), or a new engine
             rs.run, rs.progress, rs.start, rs.latest, rs.active, rs.fresh = rs.run + 1, {}, None, {}, 0., False
-            rs.rate.clear()
-        if rs.gap and rs.rate and t - rs.rate[-1][0] > IDLE_GAP: rs.rate.clear()  # a pause between cells: rate from the new points
-        rs.gap = False
+            rate.clear(); latest = rs.latest
+        if rs.gap:
+            if rate and t - rate[-1][0] > IDLE_GAP: rate.clear()  # a pause between cells: rate from the new points
+            rs.gap = False
         if rs.start is None: rs.start, rs.first_step = t, step
         rs.step = step
-        rs.rate.append((t, step))
-        self.newest_t = max(self.newest_t, t)
+        rate.append((t, step))
         for k, v in vals.items():
             if k in PROGRESS_KEYS:
                 if math.isfinite(v): rs.progress[k] = v  # a bad one is flagged by the reporter
             else:
-                rs.latest[k] = v
-                self.history.add(rs.run, rs.rank, step, t, k, v)
-    self.received += len(msg['pts'])
-    if msg['pts'] or msg.get('flags'): self.version += 1  # heartbeats alone are no news
+                latest[k] = v
+                g = groups.get((rs.run, k))
+                if g is None: g = groups[rs.run, k] = []
+                g.append((step, t, v))
+    for (run, k), g in groups.items(): self.history.extend(run, r, k, g)
+    self.newest_t = max(self.newest_t, pts[-1][0])
+    self.received += len(pts); rs.received += len(pts)
+    self.version += 1
+
+def deviation(s:Series, # one rank's series of a metric
+              band:Band, # that metric across ranks
+              quorum:int=2, # ranks that must have reported a step to compare with its mean
+             ) -> float:
+    "How many standard deviations across ranks this rank's newest value (at a step enough ranks reported) is from their mean"
+    for step, v in reversed(s.tail):
+        n, m, sd = band.mean(step)
+        if n < quorum: continue
+        if not math.isfinite(v): return math.inf  # a NaN loss is the most deviating of all
+        return abs(v - m) / sd if sd > 1e-12 * max(1., abs(m)) else 0.
+    return 0.
 
 @patch
 def snapshot(self:Collector,
              series:bool=True, # copy the current run's series too (the plot needs them; status checks do not)
+             lines:int|None=None, # many ranks: copy only the `lines` most deviating ranks' series per metric, and the bands
             ) -> Snapshot:
     "A consistent copy of every rank's state and the current run's series, taken under the lock"
     with self.lock:
         ranks = {r: _copy_state(s) for r, s in self.ranks.items()}
         run = max((s.run for s in ranks.values() if s.step is not None), default=0)
-        return Snapshot(time.time(), self.version, self.newest_t, ranks, run, self.history.of(run) if series else {}, self.stopped)
+        if not series or lines is None:
+            return Snapshot(time.time(), self.version, self.newest_t, ranks, run, self.history.of(run) if series else {}, self.stopped)
+        ser, bands, outliers, dev = self._summary(run, lines)
+        return Snapshot(time.time(), self.version, self.newest_t, ranks, run, ser, self.stopped, bands, outliers, dev)
+
+@patch
+def _summary(self:Collector, run:int, lines:int) -> tuple:
+    "(series of the most deviating ranks, bands, outliers, deviation) of `run`, under the lock"
+    h, by = self.history, {}
+    with h.lock:
+        for (r, rk, n), s in h.series.items():
+            if r == run: by.setdefault(n, []).append((rk, s))
+        bands, outliers, dev, series = {}, {}, {}, {}
+        for n, rss in by.items():
+            b = h.bands[run, n]
+            q = max(2, (len(rss) + 1) // 2)
+            z = sorted(((deviation(s, b, q), rk) for rk, s in rss), key=lambda x: (-x[0], x[1]))
+            for d, rk in z: dev[rk] = max(dev.get(rk, 0.), d)
+            outliers[n] = [(rk, d) for d, rk in z[:lines]]
+            keep = {rk for rk, _ in outliers[n]}
+            series.update({(rk, n): _copy(s) for rk, s in rss if rk in keep})
+            bands[n] = b.copy()
+    return series, bands, outliers, dev
 
 @patch
 def _loop(self:Collector):
@@ -198,16 +318,25 @@ def _loop(self:Collector):
     last = 0.
     while not self._stop.is_set():
         try:
-            if self.sock.poll(int(self.tick * 1000)):
-                while True:
-                    try: self._ingest(self.sock.recv_json(flags=zmq.NOBLOCK))
-                    except zmq.Again: break
+            if self.sock.poll(int(self.tick * 1000)): self._drain(zmq)
         except zmq.ZMQError: break
-        except Exception as e: print(f"ddp_nb collector: dropped a bad batch: {e!r}", file=sys.stderr)
         if time.monotonic() - last >= self.tick:
             last = time.monotonic()
             for f in list(self.listeners): self._call(f)
     self.sock.close(); self.ctx.term()  # this thread owns the socket: it closes it
+
+@patch
+def _drain(self:Collector, zmq, most:int=1000):
+    "Fold up to `most` waiting batches under one lock (1,024 ranks send 10,000 a second: per-batch overheads add up)"
+    raw = []
+    while len(raw) < most:
+        try: raw.append(self.sock.recv(flags=zmq.NOBLOCK))
+        except zmq.Again: break
+    now = time.time()
+    with self.lock:
+        for m in raw:
+            try: self._fold(json.loads(m), now)
+            except Exception as e: print(f"ddp_nb collector: dropped a bad batch: {e!r}", file=sys.stderr)
 
 @patch
 def _call(self:Collector, f):
@@ -264,11 +393,15 @@ def rank_status(s:RankState|None, # what the reports said, None if the rank neve
                 now:float, # time.time()
                 local_host:str, # this host's identity (`core.host_identity`), to check pids of local ranks
                 stopped:bool=False, # the cluster was stopped (`cl.stop()`)
+                alive:dict|None=None, # pid -> alive, shared by the calls of one frame: each local pid is checked once
                ) -> str:
     "running, idle, error, dead, silent (no heartbeat for 3 s), waiting (no report yet), replaced (a new engine, idle, no report yet) or stopped"
     if stopped: return 'stopped'
     if task == 'dead': return 'dead'
-    if s is not None and s.host == local_host and s.pid and not pid_alive(s.pid): return 'dead'
+    if s is not None and s.host == local_host and s.pid:
+        if alive is None: alive = {}
+        if s.pid not in alive: alive[s.pid] = pid_alive(s.pid)
+        if not alive[s.pid]: return 'dead'
     if task == 'error' or (s is not None and s.error): return 'error'
     if s is not None and now - s.seen > 3: return 'silent'
     if task == 'running' or (s is not None and s.busy): return 'running'
@@ -328,6 +461,19 @@ def plot_data(series:dict, # {(rank, metric): Series} of one run
         out[n] = {rk: _thin(*xy) for rk, xy in per.items()}
         if len(per) > 1: out[n]['mean'] = _thin(*mean_line(per))
     return out
+def band_data(snap, # a `Snapshot` taken with `lines=k`: bands, outliers and their series
+              share:float=0.9, # the mean and band end where this share of the ranks reported (a dead rank does not hold them back)
+             ) -> dict:
+    "{metric: {'band': (steps, min, max), 'mean': (steps, mean), rank: (steps, values) of each most deviating rank}}, loss first, at most 4 metrics"
+    out = {}
+    for n in sorted((n for n in snap.bands if not is_breakdown(n)), key=lambda n: (n != 'loss', n))[:4]:
+        b = snap.bands[n]
+        xs, mean, lo, hi = b.lines(max(1, math.ceil(share * b.ranks())))
+        (bx, blo), (_, bhi) = _thin(xs, lo), _thin(xs, hi)
+        out[n] = {'band': (bx, blo, bhi), 'mean': _thin(xs, mean)}
+        for rk, _ in snap.outliers.get(n, []):
+            if (rk, n) in snap.series: out[n][rk] = _thin(*snap.series[rk, n].points())
+    return out
 
 # %% ../nbs/02f_dashboard.ipynb #83528798
 def _plain(y, _pos=None) -> str:
@@ -344,6 +490,25 @@ def _path(xs:list, ys:list, box:tuple, lim:tuple, logy:bool) -> str:
         if not math.isfinite(y) or (logy and y <= 0): pen = 'M'; continue
         out.append(f"{pen}{l + (x - x0) / (x1 - x0) * w:.1f} {t + h - (f(y) - fy0) / (fy1 - fy0) * h:.1f}"); pen = 'L'
     return ''.join(out)
+
+def _shape(lines:dict) -> tuple:
+    "What a panel's layout depends on: its lines, or for many ranks only how many lines (outliers change, the axes need not)"
+    return ('band', len(lines)) if 'band' in lines else tuple(lines)
+
+def _band_svg(lines:dict, box:tuple, lim:tuple, logy:bool) -> list:
+    "SVG of a many-ranks panel: the min–max band, the most deviating ranks' lines labelled at their ends, the mean on top"
+    bx, lo, hi = lines['band']
+    out = [f"<path class='ddp-nb-band' d='{_path(bx + bx[::-1], lo + hi[::-1], box, lim, logy)}Z' fill='#8c959f' fill-opacity='0.3' stroke='none'/>"] if bx else []
+    for j, rk in enumerate(k for k in lines if k not in ('band', 'mean')):
+        xs, ys = lines[rk]
+        c = mpl_color(f'C{j % 10}')
+        out.append(f"<path class='ddp-nb-outlier' data-rank='{rk}' d='{_path(xs, ys, box, lim, logy)}' stroke='{c}' stroke-width='1.2' stroke-opacity='0.9'/>")
+        end = _path(xs[-1:], ys[-1:], box, lim, logy)
+        if end:
+            x, y = end[1:].split()
+            out.append(f"<text x='{float(x) + 3:.1f}' y='{float(y) + 3:.1f}' font-size='9' fill='{c}' font-family='sans-serif'>rank {rk}</text>")
+    out.append(f"<path class='ddp-nb-mean' d='{_path(*lines['mean'], box, lim, logy)}' stroke='#000000' stroke-width='1.8'/>")
+    return out
 
 class Plot:
     "A run's metrics as SVG — crisp at whatever size the browser shows it. Axes come from matplotlib, only when limits move; lines are drawn here every frame"
@@ -372,12 +537,20 @@ class Plot:
         handles = []
         for i, ((n, lines), log) in enumerate(zip(data.items(), logs)):
             ax = self.fig.add_subplot(rows, cols, i + 1)
-            ranks = [k for k in lines if k != 'mean']
-            for j, rk in enumerate(ranks):
-                self.lines[n, rk] = dict(color=f'C{j % 10}', lw=1.0, alpha=0.7 if 'mean' in lines else 1., ax=ax, label=f'rank {rk}')
-            if 'mean' in lines: self.lines[n, 'mean'] = dict(color='k', lw=1.8, alpha=1., ax=ax, label='mean')
-            if i == 0: handles = [ax.plot([], [], color=d['color'], lw=d['lw'], alpha=d['alpha'], label=d['label'])[0]
-                                  for (m, _), d in self.lines.items() if m == n]
+            ranks = [k for k in lines if k not in ('mean', 'band')]
+            if 'band' in lines:  # many ranks: the outliers change from frame to frame, their lines are labelled where they end
+                self.lines[n, 'mean'] = dict(color='k', lw=1.8, alpha=1., ax=ax, label='mean of all ranks')
+                if i == 0:
+                    from matplotlib.patches import Patch
+                    handles = [Patch(color='#8c959f', alpha=0.3, label='min–max across ranks'),
+                               ax.plot([], [], color='k', lw=1.8, label='mean of all ranks')[0],
+                               ax.plot([], [], color='C0', lw=1.2, label='most deviating ranks')[0]]
+            else:
+                for j, rk in enumerate(ranks):
+                    self.lines[n, rk] = dict(color=f'C{j % 10}', lw=1.0, alpha=0.7 if 'mean' in lines else 1., ax=ax, label=f'rank {rk}')
+                if 'mean' in lines: self.lines[n, 'mean'] = dict(color='k', lw=1.8, alpha=1., ax=ax, label='mean')
+                if i == 0: handles = [ax.plot([], [], color=d['color'], lw=d['lw'], alpha=d['alpha'], label=d['label'])[0]
+                                      for (m, _), d in self.lines.items() if m == n]
             if log:
                 ax.set_yscale('log')
                 ax.yaxis.set_major_formatter(FuncFormatter(_plain)); ax.yaxis.set_minor_locator(NullLocator())
@@ -405,14 +578,14 @@ class Plot:
             self.boxes[n] = (p.x0 * W, (1 - p.y1) * H, p.width * W, p.height * H)
         self.static, self.renders = buf.getvalue().decode(), self.renders + 1
 
-    def svg(self, series:dict) -> tuple:
-        "(SVG bytes, {metric: dict(x0, x1, y0, y1, logy, last_x, last_y, last_step, max_step)}) of a run's `series`"
+    def svg(self, series:dict, data:dict|None=None) -> tuple:
+        "(SVG bytes, {metric: dict(x0, x1, y0, y1, logy, last_x, last_y, last_step, max_step)}) of a run's `series` (or of `band_data`)"
         t = time.perf_counter()
-        data, info = plot_data(series), {}
-        ys = {n: [y for k in lines for y in lines[k][1]] for n, lines in data.items()}
+        data, info = plot_data(series) if data is None else data, {}
+        ys = {n: [y for k in lines for y in lines[k][1] + (lines[k][2] if k == 'band' else [])] for n, lines in data.items()}
         xs = {n: [x for k in lines for x in lines[k][0]] for n, lines in data.items()}
         logs = [auto_logy(ys[n]) if self.logy is None else bool(self.logy and any(y > 0 for y in ys[n] if math.isfinite(y))) for n in data]
-        key = ([(n, tuple(lines)) for n, lines in data.items()], logs)
+        key = ([(n, _shape(lines)) for n, lines in data.items()], logs)
         if key != self.key: self._layout(data, logs); self.key = key
         moved = False
         for n, log in zip(data, logs):
@@ -424,18 +597,21 @@ class Plot:
             b = self.boxes[n]
             paths.append(f"<clipPath id='ddpnb-clip{i}'><rect x='{b[0]:.1f}' y='{b[1]:.1f}' width='{b[2]:.1f}' height='{b[3]:.1f}'/></clipPath>"
                          f"<g clip-path='url(#ddpnb-clip{i})' fill='none' stroke-linejoin='round' stroke-linecap='round'>")
-            for k in [k for k in lines if k != 'mean'] + (['mean'] if 'mean' in lines else []):
-                d = self.lines[n, k]
-                paths.append(f"<path d='{_path(*lines[k], b, self.lims[n], log)}' stroke='{mpl_color(d['color'])}' "
-                             f"stroke-width='{d['lw']}' stroke-opacity='{d['alpha']}'/>")
+            if 'band' in lines: paths += _band_svg(lines, b, self.lims[n], log)
+            else:
+                for k in [k for k in lines if k != 'mean'] + (['mean'] if 'mean' in lines else []):
+                    d = self.lines[n, k]
+                    paths.append(f"<path d='{_path(*lines[k], b, self.lims[n], log)}' stroke='{mpl_color(d['color'])}' "
+                                 f"stroke-width='{d['lw']}' stroke-opacity='{d['alpha']}'/>")
             paths.append('</g>')
-            ranks = [k for k in lines if k != 'mean']
+            ranks = [k for k in lines if k not in ('mean', 'band')]
             end = lines.get('mean') or lines[ranks[0]]
             x0, x1, y0, y1 = self.lims[n]
+            ends = [lines[rk][0][-1] for rk in ranks if lines[rk][0]] + (lines['band'][0][-1:] if 'band' in lines else [])
             info[n] = dict(x0=x0, x1=x1, y0=y0, y1=y1, logy=log, last_x=end[0][-1] if end[0] else None,
                            last_y=end[1][-1] if end[1] else None,
-                           last_step=min((lines[rk][0][-1] for rk in ranks if lines[rk][0]), default=None),  # the slowest rank's
-                           max_step=max((lines[rk][0][-1] for rk in ranks if lines[rk][0]), default=None))   # the fastest rank's
+                           last_step=(end[0][-1] if end[0] else None) if 'band' in lines else min(ends, default=None),  # the slowest rank's
+                           max_step=max(ends, default=None))   # the fastest rank's
         out = self.static.replace('</svg>', ''.join(paths) + '</svg>')
         self.cost = time.perf_counter() - t
         return out.encode(), info
@@ -466,15 +642,20 @@ class Dashboard:
                  world_size:int, # ranks expected
                  task_status=None, # callable -> {rank: 'running'|'idle'|'error'|'dead'}, from the cluster
                  mode:str|None=None, # 'widget', 'text', or None: widgets under a Jupyter frontend, text elsewhere
-                 every:float=0.3, # seconds between widget redraws at least (more when a redraw is slow: ~5% of a core at most)
+                 every:float|None=None, # seconds between widget redraws at least (more when a redraw is slow: ~5% of a core at most); None: 0.3, 1 with many ranks
                  text_every:float=5.0, # seconds between text lines at most
                  out=None, # where text lines go (default sys.stdout)
                  logy:bool|None=None, # log y axes; None: each panel whose values are positive and span two decades or more
+                 many:int=16, # more ranks than this: mean and min–max band, the most deviating ranks, a compact table
+                 lines:int=5, # ranks drawn as lines of their own when there are many: those deviating most from the mean
+                 rows:int=12, # rows of the compact table: dead, failed, silent ranks first, then the most deviating
                 ):
         if mode not in (None, 'widget', 'text'): raise ValueError(f"mode={mode!r}: use 'widget', 'text' or None.")
         self.col, self.world_size, self.task_status = collector, world_size, task_status or (lambda: {})
         self.mode = mode or ('widget' if _frontend() else 'text')
         self.every, self.text_every, self.out, self.plot = every, text_every, out, Plot(logy=logy)
+        self.big, self.lines, self.rows = world_size > many, lines, rows
+        if every is None: self.every = 1.0 if self.big else 0.3
         self.drawn_version, self.last_draw, self.draws, self.latencies, self.cost = -1, 0., 0, deque(maxlen=1000), 0.
         self.drawn_newest, self.drawn_signature, self.last_check, self.shown = collector.newest_t, None, 0., {}
         self.costs = deque(maxlen=5)  # seconds the last frames took to draw
@@ -502,7 +683,25 @@ def _statuses(self:Dashboard, snap:Snapshot|None=None) -> dict:
     try: tasks = {} if stopped else (self.task_status() or {})
     except Exception: tasks = {}
     now = time.time()
-    return {r: rank_status(ranks.get(r), tasks.get(r), now, self.host, stopped) for r in range(self.world_size)}
+    alive = {}
+    return {r: rank_status(ranks.get(r), tasks.get(r), now, self.host, stopped, alive) for r in range(self.world_size)}
+
+@patch
+def snapshot(self:Dashboard, series:bool=True) -> Snapshot:
+    "The collector's state now, as this dashboard draws it: with many ranks only the bands and the most deviating ranks' series"
+    return self.col.snapshot(series, lines=self.lines if self.big else None)
+
+def status_summary(statuses:dict, # rank -> status
+                  ) -> str:
+    "How many ranks have each status, most first: '1,020 running · 3 silent · 1 dead'"
+    c = {}
+    for st in statuses.values(): c[st] = c.get(st, 0) + 1
+    order = list(STATUS_COLORS)
+    return ' · '.join(f"{k:,} {st}" for st, k in sorted(c.items(), key=lambda x: (-x[1], order.index(x[0]) if x[0] in order else 99)))
+
+def _ranks_text(rs:list) -> str:
+    "A few ranks by number, and how many: 'ranks 0, 1, 2, … (1,024 ranks)'"
+    return f"rank {rs[0]}" if len(rs) == 1 else f"ranks {', '.join(map(str, rs[:3]))}{', …' if len(rs) > 3 else ''} ({len(rs):,} ranks)"
 
 def head_line(snap:Snapshot) -> str:
     "One compact line: step/total, epoch, rate, ETA, active elapsed time, mean of the latest metrics"
@@ -521,18 +720,25 @@ def head_line(snap:Snapshot) -> str:
     if snap.stopped: parts.append('cluster stopped')
     return ' | '.join(parts)
 
-def warning_lines(snap:Snapshot) -> list[str]:
+def warning_lines(snap:Snapshot,
+                  compact:bool=False, # many ranks: one line per distinct note or error, naming a few of its ranks
+                 ) -> list[str]:
     "Why a rank shows no GPU load, failed cells, and the latest flagged values (NaN, non-numeric), newest last"
     ranks = sorted(snap.ranks.values(), key=lambda s: s.rank)
-    gpu = [] if snap.stopped else [f"GPU load unavailable on rank {s.rank}: {s.load['gpu_note']}" for s in ranks if s.load.get('gpu_note')]
+    gpu = [] if snap.stopped else [(s.rank, s.load['gpu_note']) for s in ranks if s.load.get('gpu_note')]
     fl = sorted(((s.rank,) + f for s in ranks for f in s.flags), key=lambda f: f[1])[-5:]
-    errs = [f"rank {s.rank} failed: {s.error[1]}" for s in ranks if s.error]
-    return gpu + errs + [f"rank {r} step {st}: {k} = {why}" for r, st, k, why in fl]
+    errs = [(s.rank, s.error[1]) for s in ranks if s.error]
+    if compact:
+        by = lambda pairs: {m: [r for r, m2 in pairs if m2 == m] for m in dict.fromkeys(m for _, m in pairs)}
+        return ([f"GPU load unavailable on {_ranks_text(rs)}: {m}" for m, rs in by(gpu).items()] +
+                [f"{_ranks_text(rs)} failed: {m}" for m, rs in by(errs).items()] + [f"rank {r} step {st}: {k} = {why}" for r, st, k, why in fl])
+    return ([f"GPU load unavailable on rank {r}: {m}" for r, m in gpu] + [f"rank {r} failed: {m}" for r, m in errs] +
+            [f"rank {r} step {st}: {k} = {why}" for r, st, k, why in fl])
 
 @patch
 def flags_text(self:Dashboard) -> list[str]:
     "`warning_lines` of the collector's state now"
-    return warning_lines(self.col.snapshot(series=False))
+    return warning_lines(self.col.snapshot(series=False), self.big)
 
 @patch
 def _verdict(self:Dashboard, every:float=2.0) -> list[str]:
@@ -557,7 +763,20 @@ def _metric_cols(snap:Snapshot) -> list[str]:
     "The (at most 2) latest metrics the table shows, loss first"
     return sorted({k for s in snap.current() for k in s.latest if not is_breakdown(k)}, key=lambda n: (n != 'loss', n))[:2] or ['loss']
 
-def rank_table(snap:Snapshot, statuses:dict) -> str:
+_FIRST = ('dead', 'error', 'silent', 'replaced', 'waiting')  # a compact table lists these first, in this order
+
+def compact_ranks(statuses:dict, # rank -> status
+                  deviation:dict, # rank -> how far its metrics are from the mean across ranks (`Snapshot.deviation`)
+                  rows:int=12, # at most this many
+                 ) -> list:
+    "The ranks a compact table lists: dead, failed, silent (then new, waiting) first, then those deviating most from the mean"
+    first = sorted((r for r, st in statuses.items() if st in _FIRST), key=lambda r: (_FIRST.index(statuses[r]), r))
+    rest = sorted((r for r, st in statuses.items() if st not in _FIRST), key=lambda r: (-deviation.get(r, 0.), r))
+    return (first + rest)[:rows]
+
+def rank_table(snap:Snapshot, statuses:dict,
+               ranks:list|None=None, # the ranks to list, in this order (None: every rank)
+              ) -> str:
     "The rank table: rank, status, step, latest metrics, load; fixed column widths; numbers of stopped or dead ranks greyed"
     mets = _metric_cols(snap)
     widths = [_COL['rank'], _COL['status'], _COL['step']] + [_COL['metric']] * len(mets) + [_COL['load']]
@@ -566,8 +785,8 @@ def rank_table(snap:Snapshot, statuses:dict) -> str:
     th = "style='text-align:left;padding:2px 8px;border-bottom:1px solid #d0d7de'"
     head = ''.join(f"<th {th}>{h}</th>" for h in ['rank', 'status', 'step'] + mets + ['load (own host)'])
     rows = []
-    for r, st in statuses.items():
-        s = snap.ranks.get(r)
+    for r in (statuses if ranks is None else ranks):
+        st, s = statuses[r], snap.ranks.get(r)
         cur = s is not None and s.step is not None and s.run == snap.run
         step = '' if s is None or s.step is None else f"{s.step}" + ('' if cur else f" (run {s.run})")
         td = "style='padding:2px 8px;overflow:hidden;white-space:nowrap;text-overflow:ellipsis'"
@@ -581,24 +800,35 @@ def rank_table(snap:Snapshot, statuses:dict) -> str:
                     f"<td {td}>{r}{new}</td><td {td} class='ddp-nb-status'><b style='color:{STATUS_COLORS[st]}'>{st}</b></td>"
                     f"<td {td} class='ddp-nb-step'" + (f" data-step='{s.step}'" if cur else '') + f">{step}</td>{''.join(vals)}"
                     f"<td {td} class='ddp-nb-load'>{load}</td></tr>")
+    listed = set(statuses if ranks is None else ranks)
+    rest = [r for r in statuses if r not in listed]
+    if rest:
+        rows.append(f"<tr class='ddp-nb-more'><td colspan='{len(widths)}' style='padding:2px 8px;color:#57606a'>… and {len(rest):,} more "
+                    f"ranks like these ({status_summary({r: statuses[r] for r in rest})})</td></tr>")
     return (f"<table class='ddp-nb-ranks' style='table-layout:fixed;border-collapse:collapse;width:{total:g}em;font-size:12px;"
             f"margin-top:4px'><colgroup>{cols}</colgroup><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>")
 
 @patch
 def ranks_html(self:Dashboard, statuses:dict|None=None) -> str:
     "`rank_table` of the collector's state now"
-    snap = self.col.snapshot()
-    return rank_table(snap, statuses or self._statuses(snap))
+    snap = self.snapshot()
+    st = statuses or self._statuses(snap)
+    return rank_table(snap, st, compact_ranks(st, snap.deviation, self.rows) if self.big else None)
 
 @patch
 def text(self:Dashboard, snap:Snapshot|None=None) -> str:
     "The dashboard as compact text: the header line, then one short line per rank, then warnings"
-    snap = snap or self.col.snapshot(series=False)
+    snap = snap or self.snapshot(series=self.big)  # many ranks: the deviations say which to list
     st = self._statuses(snap)
     live = lambda r: st[r] in ('running', 'idle', 'error', 'silent') and r in snap.ranks
     lines = ['[ddp_nb] ' + head_line(snap)]
-    lines += ['  ' + '  '.join(f"r{r} {st[r]} {_fmt_load(snap.ranks[r].load) if live(r) else ''}".strip() for r in range(self.world_size))]
-    lines += [f"  ! {f}" for f in warning_lines(snap) + self._verdict()]
+    shown = compact_ranks(st, snap.deviation, self.rows) if self.big else range(self.world_size)
+    if self.big: lines.append('  ' + status_summary(st))
+    cells = [f"r{r} {st[r]} {_fmt_load(snap.ranks[r].load) if live(r) else ''}".strip() for r in shown]
+    if self.big and self.world_size > len(shown): cells.append(f"… and {self.world_size - len(shown):,} more ranks like these")
+    per = 4 if self.big else max(1, len(cells))  # many ranks: a few per line
+    lines += ["  " + "  ".join(cells[i:i + per]) for i in range(0, max(1, len(cells)), per)]
+    lines += [f"  ! {f}" for f in warning_lines(snap, self.big) + self._verdict()]
     return '\n'.join(lines)
 
 # %% ../nbs/02f_dashboard.ipynb #3dc9e891
@@ -615,25 +845,27 @@ def _wrap_parts(line:str) -> str:
 def frame(self:Dashboard, snap:Snapshot) -> tuple:
     "(HTML of the whole dashboard, what it shows) from one snapshot: header, warnings, plot and table agree"
     st = self._statuses(snap)
-    p, flags = progress(snap.current()), warning_lines(snap) + self._verdict()
+    p, flags = progress(snap.current()), warning_lines(snap, self.big) + self._verdict()
     warn = ''.join(f"<div class='ddp-nb-warn' style='color:#cf222e'>⚠ {html.escape(f)}</div>" for f in flags)
     head = (f"<div class='ddp-nb-header' data-step='{'' if not p else p['step']}' data-run='{snap.run}' "
             f"style='font-family:monospace;font-size:12px'>{_wrap_parts(head_line(snap))}</div>")
+    if self.big: head += f"<div class='ddp-nb-summary' style='font-family:monospace;font-size:12px'>{html.escape(status_summary(st))}</div>"
     img, panels = '', {}
     if snap.series:  # no plot before the first report: the header alone says what we wait for
-        svg, panels = self.plot.svg(snap.series)
-        first = next(iter(panels.values()))
+        svg, panels = self.plot.svg(snap.series, band_data(snap) if self.big and snap.bands else None)
+        first = next(iter(panels.values()), {})
         img = (f"<img class='ddp-nb-plot' alt='metrics of run {snap.run}' {_attrs(first)} src='data:image/svg+xml;base64,"
                f"{base64.b64encode(svg).decode()}' style='display:block;width:100%;max-width:1100px;height:auto;margin:4px 0'>")
     info = dict(step=p.get('step'), run=snap.run, statuses=st, plot=panels, signature=(tuple(st.items()), tuple(flags)),
                 steps={s.rank: s.step for s in snap.current()})
-    return f"<div class='ddp-nb-frame'>{head}{warn}{img}{rank_table(snap, st)}</div>", info
+    table = rank_table(snap, st, compact_ranks(st, snap.deviation, self.rows) if self.big else None)
+    return f"<div class='ddp-nb-frame'>{head}{warn}{img}{table}</div>", info
 
 @patch
 def _draw(self:Dashboard):
     "Redraw the widget from one snapshot of the collector's state"
     t = time.thread_time()  # this thread's CPU: what pacing limits (wall time on a busy machine would stall the dashboard)
-    snap = self.col.snapshot()
+    snap = self.snapshot()
     value, self.shown = self.frame(snap)
     self.w.value = value
     self.drawn_version, self.drawn_signature, self.draws = snap.version, self.shown['signature'], self.draws + 1
@@ -646,7 +878,7 @@ def _draw(self:Dashboard):
 def _signature(self:Dashboard) -> tuple:
     "What the rank table and warnings show, to notice changes that bring no new points (errors, deaths, idling)"
     snap = self.col.snapshot(series=False)
-    return tuple(self._statuses(snap).items()), tuple(warning_lines(snap))
+    return tuple(self._statuses(snap).items()), tuple(warning_lines(snap, self.big))
 
 @patch
 def _tick(self:Dashboard):
@@ -655,7 +887,7 @@ def _tick(self:Dashboard):
     news = self.col.version != self.drawn_version
     if self.mode == 'widget':
         if now - self.last_draw < max(self.every, min(1., 20 * self.cost)): return  # slow redraws come less often: ~5% of a core
-        if not news and now - self.last_check >= 0.5:
+        if not news and now - self.last_check >= (2. if self.big else 0.5):  # many ranks: a status check copies every rank's state
             self.last_check = now
             news = self._signature() != self.drawn_signature  # a cell ended, a rank died: the last frame shows it
         if news: self.last_draw = now; self._draw()
@@ -670,7 +902,7 @@ def _tick(self:Dashboard):
 @patch
 def _print(self:Dashboard):
     "Print the text frame if it changed"
-    snap = self.col.snapshot(series=False)
+    snap = self.snapshot(series=self.big)
     t = self.text(snap)
     if t != self.last_text:
         print(t, file=self.out or sys.stdout, flush=True)
