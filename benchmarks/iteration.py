@@ -15,7 +15,9 @@ def _worker(rank: int, world: int, port: int, lr: float):
                       MASTER_PORT=str(port), OMP_NUM_THREADS='1')
     import torch.distributed as dist
     from benchmarks.workload import _init, fresh_iteration
-    _init(); fresh_iteration(lr); dist.destroy_process_group()
+    _init(); fresh_iteration(lr)
+    from ddp_nb.digits import job_end
+    job_end(); dist.destroy_process_group()  # the DDP model first: alive, it pins the group and a gloo thread can abort the exit
 
 
 def _port() -> int:

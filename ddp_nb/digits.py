@@ -16,7 +16,7 @@ from .report import report
 
 # %% auto #0
 __all__ = ['digits_data', 'DigitsNet', 'make_loader', 'train_epoch', 'accuracy', 'param_digest', 'build', 'train', 'job_start',
-           'job_epoch', 'job_result', 'torchrun_worker']
+           'job_epoch', 'job_end', 'job_result', 'torchrun_worker']
 
 # %% ../nbs/01e_digits.ipynb #0ed7a28c
 def digits_data(split:str='train', # 'train' (first 1,500 images) or 'test' (the other 297)
@@ -132,6 +132,11 @@ def job_epoch() -> float:
     _job['loader'].sampler.set_epoch(_job['epoch'])
     _job['epoch'] += 1
     return train_epoch(_job['model'], _job['loader'], _job['opt'])
+
+def job_end():
+    "Drop this rank's job (its DDP model binds the process group: drop it before `destroy_process_group`)"
+    import gc
+    _job.clear(); gc.collect()
 
 def job_result() -> dict:
     "Test accuracy and parameter digest of the kept job on this rank"
