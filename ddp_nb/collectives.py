@@ -84,19 +84,22 @@ def write_records(path:str, # the file; written atomically (a reader never sees 
 
 class _Writer(threading.Thread):
     "Polls the groups' sequence numbers and status every `poll` s; writes the records when they stalled, and every `every` s while they move"
-    def __init__(self, path, poll, every, last):
+    def __init__(self, path, poll, every, last, stall=1.0):
         super().__init__(daemon=True, name='ddp_nb-collectives')
-        self.path, self.poll, self.every, self.last, self.stop = path, poll, every, last, threading.Event()
+        self.path, self.poll, self.every, self.last, self.stall, self.stop = path, poll, every, last, stall, threading.Event()
     def run(self):
         from ddp_nb.compat_torch import flight_recorder_dump, issued_per_group
-        prev = written = None; t_written = 0.0
+        prev = written = None; t_written = t_changed = 0.0
         self.t0, self.writes, self.cpu = time.monotonic(), 0, 0.0
-        try: write_records(self.path, self.last)  # at once: pays the flight recorder's one-time symbolizer start (~1 s) here, in the background, not in a hang
+        try: write_records(self.path, self.last); t_written = time.monotonic()  # at once: pays the flight recorder's one-time symbolizer start (~1 s) here, in the background, not in a hang
         except Exception as e: print(f"ddp_nb.collectives: cannot write {self.path}: {e}", file=sys.__stderr__); return
         while not self.stop.wait(self.poll):
             try:
                 st = (issued_per_group(), flight_recorder_dump(stacks=False, collectives=False).get('pg_status'))
-                if st != written and (st == prev or time.monotonic() - t_written > self.every):  # stalled, or time for a fresh copy
+                now = time.monotonic()
+                if st != prev: t_changed = now
+                # stalled for `stall` s (not between two cells: a write holds the GIL ~7 ms), or time for a fresh copy
+                if st != written and ((st == prev and now - t_changed >= self.stall) or now - t_written > self.every):
                     write_records(self.path, self.last, st[1]); written, t_written = st, time.monotonic(); self.writes += 1
                 prev = st
             except Exception as e: print(f"ddp_nb.collectives: cannot write {self.path}: {e}", file=sys.__stderr__); return
@@ -114,13 +117,14 @@ def install(cluster_id:str|None=None, # None: this engine's IPP_CLUSTER_ID
             poll:float=0.1, # seconds between looks at the groups' sequence numbers (~10 us each)
             every:float|None=None, # seconds between writes while collectives progress; None: 10 with a ring of at most 512, else never (only on stalls)
             last:int=64, # records per process group in the file
+            stall:float=1.0, # seconds without a new collective before the records are written (a hang is reported after 2 s or more)
            ) -> str: # the file
     "Start (or restart) this rank's writer of its recent collectives to `collectives_file(cluster_id, rank)`"
     uninstall()
     if every is None: every = 10.0 if ring_size() <= 512 else float('inf')  # a write symbolizes the whole ring: ~11 ms for 256 entries, ~0.7 s for 2000
     cid = cluster_id or os.environ.get('IPP_CLUSTER_ID', 'local')
     path = collectives_file(cid, int(os.environ.get('RANK', 0)) if rank is None else rank)
-    _writer['t'] = w = _Writer(path, poll, every, last); w.start()
+    _writer['t'] = w = _Writer(path, poll, every, last, stall); w.start()
     return path
 
 def writer_stats() -> dict|None:
