@@ -89,10 +89,10 @@ class _Writer(threading.Thread):
         self.path, self.poll, self.every, self.last, self.stall, self.stop = path, poll, every, last, stall, threading.Event()
     def run(self):
         from ddp_nb.compat_torch import flight_recorder_dump, issued_per_group
-        prev = written = None; t_written = t_changed = 0.0
+        # the first write pays the flight recorder's one-time symbolizer start (~1 s of CPU, holding the GIL): it comes at the
+        # first stall of 1 s (the user reading a cell's output, or a hang), never inside cl.start() or between back-to-back cells
+        prev = written = None; t_written = t_changed = time.monotonic()
         self.t0, self.writes, self.cpu = time.monotonic(), 0, 0.0
-        try: write_records(self.path, self.last); t_written = time.monotonic()  # at once: pays the flight recorder's one-time symbolizer start (~1 s) here, in the background, not in a hang
-        except Exception as e: print(f"ddp_nb.collectives: cannot write {self.path}: {e}", file=sys.__stderr__); return
         while not self.stop.wait(self.poll):
             try:
                 st = (issued_per_group(), flight_recorder_dump(stacks=False, collectives=False).get('pg_status'))
