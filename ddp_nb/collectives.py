@@ -89,8 +89,6 @@ class _Writer(threading.Thread):
         self.path, self.poll, self.every, self.last, self.stall, self.stop = path, poll, every, last, stall, threading.Event()
     def run(self):
         from ddp_nb.compat_torch import flight_recorder_dump, issued_per_group
-        # the first write pays the flight recorder's one-time symbolizer start (~1 s of CPU, holding the GIL): it comes at the
-        # first stall of 1 s (the user reading a cell's output, or a hang), never inside cl.start() or between back-to-back cells
         prev = written = None; t_written = t_changed = time.monotonic()
         self.t0, self.writes, self.cpu = time.monotonic(), 0, 0.0
         while not self.stop.wait(self.poll):
@@ -124,6 +122,11 @@ def install(cluster_id:str|None=None, # None: this engine's IPP_CLUSTER_ID
     if every is None: every = 10.0 if ring_size() <= 512 else float('inf')  # a write symbolizes the whole ring: ~11 ms for 256 entries, ~0.7 s for 2000
     cid = cluster_id or os.environ.get('IPP_CLUSTER_ID', 'local')
     path = collectives_file(cid, int(os.environ.get('RANK', 0)) if rank is None else rank)
+    # here, on the rank's main thread while the cluster forms: the first symbolizing dump imports ~800 modules of torch
+    # (_dynamo, _inductor; ~1.5 s once). Done later by the writer thread, it raced the user's own imports of the same
+    # modules in a cell ("partially initialized module 'torch._inductor.utils'")
+    from ddp_nb.compat_torch import flight_recorder_dump
+    flight_recorder_dump(stacks=True, collectives=True)
     _writer['t'] = w = _Writer(path, poll, every, last, stall); w.start()
     return path
 
