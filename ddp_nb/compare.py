@@ -6,7 +6,7 @@
 from __future__ import annotations
 import dataclasses, hashlib, html, os, pickle, sys, time
 from fastcore.basics import patch
-from .core import parse_ranks
+from .core import parse_ranks, rank_ranges
 
 # %% auto #0
 __all__ = ['tensor_digest', 'NumberList', 'EmptyContainer', 'leaf_entry', 'unwrap_module', 'leaves', 'fingerprint', 'rng_states',
@@ -244,13 +244,7 @@ def _sig(e:dict) -> tuple:
 
 def _span(rs:list) -> str:
     "Ranks as text: '3', '0,2', '0-3,5'"
-    out, i = [], 0
-    while i < len(rs):
-        j = i
-        while j + 1 < len(rs) and rs[j + 1] == rs[j] + 1: j += 1
-        out += [f"{rs[i]}-{rs[j]}"] if j - i >= 2 else [str(r) for r in rs[i:j + 1]]
-        i = j + 1
-    return ','.join(out)
+    return rank_ranges(rs, ',', '-')
 
 def ranks_text(rs:list) -> str:
     "'rank 3' or 'ranks 0,2'"

@@ -10,7 +10,7 @@ import operator, re
 __all__ = ['BACKENDS', 'PROGRESS_KEYS', 'CLUSTER_PREFIX', 'pick_backend', 'engine_count', 'visible_gpus', 'threads_per_rank',
            'plan_ranks', 'check_gpus', 'torchrun_env', 'rank_device', 'single_host', 'label_hosts', 'iface_of',
            'master_address', 'check_ifname', 'engines_per_host', 'slurm_script', 'mpi_host_args', 'parse_ranks',
-           'make_cluster_id', 'cluster_owner', 'stack_file']
+           'rank_ranges', 'make_cluster_id', 'cluster_owner', 'stack_file']
 
 # %% ../nbs/00_core.ipynb #b29d9b8a
 BACKENDS = ('nccl', 'gloo')
@@ -222,6 +222,20 @@ def parse_ranks(spec, # int, list of ints, 'all', '0,2', '1:3' or '::2'
     if bad: raise ValueError(f"Rank(s) {bad} out of range: this cluster has ranks 0..{world_size-1}.")
     if not rs: raise ValueError(f"{spec!r} selects no rank: this cluster has ranks 0..{world_size-1}.")
     return sorted(set(rs))
+
+# %% ../nbs/00_core.ipynb #7108a65f
+def rank_ranges(ranks, # rank numbers, in any order
+                sep:str=', ', # between items
+                dash:str='–', # inside a run
+               ) -> str: # e.g. '0, 2–4, 9'
+    "Ranks as a short list: runs of three or more as 'first–last'"
+    rs, out, i = sorted(set(ranks)), [], 0
+    while i < len(rs):
+        j = i
+        while j + 1 < len(rs) and rs[j + 1] == rs[j] + 1: j += 1
+        out += [f"{rs[i]}{dash}{rs[j]}"] if j - i >= 2 else [str(r) for r in rs[i:j + 1]]
+        i = j + 1
+    return sep.join(out)
 
 # %% ../nbs/00_core.ipynb #1f78df35
 PROGRESS_KEYS = ('total', 'epoch', 'samples')  # progress facts, shown in the header rather than plotted

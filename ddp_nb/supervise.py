@@ -8,16 +8,16 @@ import os, re, signal, sys, tempfile, threading, time
 from pathlib import Path
 import psutil
 from fastcore.basics import patch
-from .core import stack_file
+from .core import rank_ranges, stack_file
 from .compat_ipp import supervised_view, task_name
 from .collectives import desync_report, read_records
 from . import rank
 from .ranks import RankSet
 
 # %% auto #0
-__all__ = ['FEW', 'proc_status', 'where', 'rank_ranges', 'stack_frames', 'group_stacks', 'group_header', 'grouped_stacks',
-           'show_stacks', 'RankFailure', 'Interrupted', 'cell_label', 'Watch', 'Supervisor', 'hang_limit',
-           'desync_states', 'stopped_ranks', 'issued_counts', 'rank_lines']
+__all__ = ['FEW', 'proc_status', 'where', 'stack_frames', 'group_stacks', 'group_header', 'grouped_stacks', 'show_stacks',
+           'RankFailure', 'Interrupted', 'cell_label', 'Watch', 'Supervisor', 'hang_limit', 'desync_states',
+           'stopped_ranks', 'issued_counts', 'rank_lines']
 
 # %% ../nbs/02c_supervise.ipynb #dd12faf1
 def _short_stack(text:str, # faulthandler output for one process
@@ -70,16 +70,6 @@ _FRAME = re.compile(r'File "(.+?)", line (\d+) in (.+)')
 _LIBRARY = re.compile(r'[/\\](site-packages|dist-packages|lib[/\\]python\d+\.\d+|ddp_nb)[/\\]|^<frozen')
 _CELL_NAME = re.compile(r'[/\\]ipykernel_\d+[/\\]\d+\.py$|^<(?!frozen)')
 
-def rank_ranges(ranks, # rank numbers, in any order
-               ) -> str: # e.g. '0, 2–4, 9'
-    "Ranks as a short list: runs of three or more as 'first–last'"
-    rs, out, i = sorted(set(ranks)), [], 0
-    while i < len(rs):
-        j = i
-        while j + 1 < len(rs) and rs[j + 1] == rs[j] + 1: j += 1
-        out += [f"{rs[i]}–{rs[j]}"] if j - i >= 2 else [str(r) for r in rs[i:j + 1]]
-        i = j + 1
-    return ', '.join(out)
 
 def stack_frames(text:str, # a stack as `where` gives it (or a state: 'dead', 'stopped (...)')
                 ) -> list: # (file, line, function), innermost first; [] for a state
