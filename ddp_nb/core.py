@@ -223,7 +223,7 @@ def parse_ranks(spec, # int, list of ints, 'all', '0,2', '1:3' or '::2'
     if not rs: raise ValueError(f"{spec!r} selects no rank: this cluster has ranks 0..{world_size-1}.")
     return sorted(set(rs))
 
-# %% ../nbs/00_core.ipynb #7108a65f
+# %% ../nbs/00_core.ipynb #23add192
 def rank_ranges(ranks, # rank numbers, in any order
                 sep:str=', ', # between items
                 dash:str='–', # inside a run
