@@ -123,7 +123,7 @@ phase() {  # phase NAME LIMIT_S CMD... : time-limited, and never past the whole 
 
 flags=cuda; [ "$GPUS" -ge 2 ] && flags="cuda multigpu"
 for p in $PHASES; do case $p in
-  pytest) phase "pytest -m gpu tests/" 300 "$PY" -m pytest -m gpu tests/ -v -rA -p no:cacheprovider --timeout 240 \
+  pytest) phase "pytest -m gpu tests/" "${GPU_PYTEST_S:-420}" "$PY" -m pytest -m gpu tests/ -v -rA -p no:cacheprovider --timeout 240 \
             --junitxml "$OUT/pytest.xml" ;;
   bench) phase "benchmark: ddp_nb vs torchrun on the GPU" 180 "$PY" -m benchmarks.gpu --out "$OUT/bench.md" ;;
   notebooks)
