@@ -44,6 +44,38 @@ def gpu_steps(configs, seconds: float = 2, seed: int = 0, digest_steps: int = 10
     return out
 
 
+def timed_steps(width: int = 4096, batch: int = 768, blocks: int = 20, steps: int = 50, seed: int = 0) -> dict:
+    "On a CUDA rank: alternating blocks of plain and StepTimer-timed DDP steps (CUDA events, a report per step); each block's wall ms per step"
+    import time, torch, torch.nn as nn, torch.nn.functional as F
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from ddp_nb.timing import StepTimer
+    dev = torch.device('cuda', torch.cuda.current_device())
+    def build():
+        torch.manual_seed(seed)
+        m = DDP(nn.Sequential(nn.Linear(width, width), nn.ReLU(), nn.Linear(width, width), nn.ReLU(), nn.Linear(width, 10)).to(dev),
+                device_ids=[dev.index])
+        return m, torch.optim.SGD(m.parameters(), lr=1e-3)
+    (m1, o1), (m2, o2) = build(), build()
+    x, y = torch.randn(batch, width, device=dev), torch.randint(0, 10, (batch,), device=dev)
+    timer = StepTimer(m2)
+    def plain(n):
+        for _ in range(n):
+            loss = F.cross_entropy(m1(x), y); o1.zero_grad(set_to_none=True); loss.backward(); o1.step()
+    def timed(n):
+        for i, (xb, yb) in enumerate(timer.iter([(x, y)] * n)):
+            with timer.step(i):
+                loss = F.cross_entropy(m2(xb), yb); o2.zero_grad(set_to_none=True); loss.backward()
+                with timer.optimizer(): o2.step()
+    def clock(f):
+        torch.cuda.synchronize(dev); t = time.perf_counter(); f(steps); torch.cuda.synchronize(dev)
+        return (time.perf_counter() - t) / steps * 1e3
+    plain(10); timed(10)
+    pairs = [(clock(plain), clock(timed)) if i % 2 == 0 else tuple(reversed((clock(timed), clock(plain)))) for i in range(blocks)]
+    timer.flush()
+    last = dict(timer.steps[-1][1]) if timer.steps else {}
+    return dict(width=width, batch=batch, steps=steps, pairs=pairs, kept=len(timer.steps), clock=timer.clock.kind, last=last)
+
+
 def torchrun_side(configs, seconds: float) -> list:
     "One `torchrun --nproc_per_node=1` launch timing every config"
     with tempfile.TemporaryDirectory() as d:
@@ -80,6 +112,7 @@ def run(rounds: int = 3, seconds: float = 2) -> str:
                 else: theirs.append(torchrun_side(CONFIGS, seconds))
             print(f"gpu round {r + 1}/{rounds}: ddp_nb {[round(c['ms'], 3) for c in ours[-1]]} ms, "
                   f"torchrun {[round(c['ms'], 3) for c in theirs[-1]]} ms", flush=True)
+        tc = [cl.run(timed_steps)[0] for _ in range(rounds)]
     rows = []
     for i, (w, b) in enumerate(CONFIGS):
         a, t = med([o[i]['ms'] for o in ours]), med([o[i]['ms'] for o in theirs])
@@ -89,7 +122,26 @@ def run(rounds: int = 3, seconds: float = 2) -> str:
     return (f"{HEAD}\n\n{torch.cuda.get_device_name(0)}, torch {torch.__version__} (CUDA {torch.version.cuda}), one rank on nccl. "
             f"Same DDP-wrapped 3-layer MLP, seeds and data (on the GPU) on both sides; a step's time from CUDA events over about "
             f"{seconds:g} s of steps after a warm-up, launch excluded; {rounds} alternating rounds, medians. Weights compared after "
-            "10 steps.\n\n" + table(['model', 'ddp_nb ms/step', 'torchrun ms/step', 'ratio (goal ≤ 1.02)', 'bit-identical weights'], rows))
+            "10 steps.\n\n" + table(['model', 'ddp_nb ms/step', 'torchrun ms/step', 'ratio (goal ≤ 1.02)', 'bit-identical weights'], rows)
+            + "\n\n" + timer_section(tc))
+
+
+def timer_section(res: list) -> str:
+    "The StepTimer-on-the-GPU rows, as markdown"
+    rows, costs = [], []
+    for i, r in enumerate(res):
+        ps = r['pairs']
+        q = [t / a for a, t in ps]
+        costs.append(med(q) - 1)
+        rows.append([str(i + 1), f"MLP width {r['width']}, batch {r['batch']}; {len(ps)} × 2 blocks of {r['steps']}",
+                     f"{med([a for a, _ in ps]):.3f}", f"{med([t for _, t in ps]):.3f}", f"**{med(q) - 1:+.2%}**",
+                     f"{r['clock']}; last step: " + ', '.join(f"{k} {v:.2f}" for k, v in r['last'].items())])
+    c = med(costs)
+    return ("**The per-step breakdown (StepTimer, issue #16) on the GPU**: the same rank alternates blocks of plain DDP steps and "
+            "timed ones (`timer.iter`, `timer.step`, `timer.optimizer`, the autograd hooks timing DDP's all-reduce wait, CUDA "
+            "events read only once ready, and a report per step to the notebook), each block between two synchronisations. "
+            f"Median cost **{c:+.2%}** of a step (goal ≤ +2%: {'met' if c <= 0.02 else 'missed'}).\n\n"
+            + table(['round', 'steps', 'plain ms/step', 'timed ms/step', 'cost (median of block pairs)', 'clock; what it reported (ms)'], rows))
 
 
 def main(argv=None):

@@ -50,7 +50,7 @@ def to_records(dump:dict, # `compat_torch.flight_recorder_dump()`: its entries
         by_pg.setdefault(key, []).append(dict(
             seq=seq, op=op, pg='default' if name == 'default_pg' else pid, p2p=p2p,
             shapes=[_shape(s) for s in e.get('input_sizes') or []], dtypes=[_DTYPES.get(d, d) for d in e.get('input_dtypes') or []],
-            where=source_line(e.get('frames') or []), state='done' if e.get('retired') else 'pending',
+            where=source_line(e.get('frames') or []), state='done' if e.get('retired') or e.get('state') == 'completed' else 'pending',
             t=e['time_created_ns'] / 1e9))
     recs = [r for rs in by_pg.values() for r in rs[-last:]]
     return sorted(recs, key=lambda r: r['t'])

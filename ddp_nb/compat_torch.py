@@ -12,7 +12,7 @@ from .compat_ipp import CompatError, installed, check_versions as _check, missin
 # %% auto #0
 __all__ = ['tested_versions', 'min_versions', 'missing', 'check_versions', 'issued_collectives', 'reset_group_count',
            'compress_hook', 'queue_autograd_callback', 'lightning_not_interactive', 'guard_lightning_launchers',
-           'reset_accelerate_state', 'flight_recorder_dump', 'issued_per_group']
+           'reset_accelerate_state', 'flight_recorder_dump', 'merge_dump', 'issued_per_group']
 
 # %% ../nbs/00c_compat_torch.ipynb #f324a3c1
 tested_versions = dict(torch='2.13', accelerate='1.15', lightning='2.6')  # major.minor the tests of this module ran against
@@ -118,11 +118,23 @@ check_versions()
 def flight_recorder_dump(stacks:bool=True, # symbolize each entry's Python stack, holding the GIL (the first call in a process: ~1 s; then, with an engine's deep stacks, ~10 ms for 256 entries, ~0.7 s for 2000)
                          collectives:bool=True, # False: only `pg_config` and `pg_status` (each group's last enqueued/completed sequence number), ~10 us
                         ) -> dict: # version, pg_config, pg_status, entries (a list of dicts)
-    "The c10d flight recorder's records of this process, via `torch._C._distributed_c10d._dump_fr_trace` (tested with torch 2.13; gloo records too)"
+    "The c10d flight recorders' records of this process: `_dump_fr_trace` (gloo), merged with `_dump_nccl_trace` where torch has NCCL (its own recorder; tested with torch 2.13 CPU and 2.11+cu130)"
     import pickle
-    f = getattr(torch._C._distributed_c10d, '_dump_fr_trace', None)
+    c = torch._C._distributed_c10d
+    f = getattr(c, '_dump_fr_trace', None)
     if f is None: raise missing('torch._C._distributed_c10d._dump_fr_trace')
-    return pickle.loads(f(includeCollectives=collectives, includeStackTraces=stacks))
+    d = pickle.loads(f(includeCollectives=collectives, includeStackTraces=stacks))
+    g = getattr(c, '_dump_nccl_trace', None)  # only in CUDA builds
+    if g is not None: merge_dump(d, pickle.loads(g(includeCollectives=collectives, includeStackTraces=stacks, onlyActive=False)))
+    return d
+
+def merge_dump(into:dict, # a flight-recorder dump, extended in place
+               other:dict, # another recorder's dump (NCCL's): its entries and groups added
+              ) -> dict:
+    "One dump from two recorders: entries side by side (each group is in one recorder), groups' config and status joined"
+    if 'entries' in other: into.setdefault('entries', []).extend(other['entries'] or [])
+    for k in ('pg_config', 'pg_status'): into.setdefault(k, {}).update(other.get(k) or {})
+    return into
 
 def issued_per_group() -> dict: # group name -> collectives issued on it ({} without a process group)
     "How many collectives this process issued on each of its process groups (`distributed_c10d._world.pg_map`, `ProcessGroup._get_sequence_number_for_group`; tested with torch 2.13)"

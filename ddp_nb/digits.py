@@ -85,9 +85,12 @@ def accuracy(model, # a model or DDP wrapper
     return (m(X.to(dev)).argmax(1).cpu() == y).float().mean().item()
 
 def param_digest(model) -> str:
-    "sha256 of all parameters' bytes: equal digests mean bit-identical weights"
+    "sha256 of all parameters' bytes as this rank holds them (a sharded model's: its shards): equal digests mean bit-identical weights"
     h = hashlib.sha256()
-    for p in getattr(model, 'module', model).parameters(): h.update(p.detach().cpu().contiguous().numpy().tobytes())
+    for p in getattr(model, 'module', model).parameters():
+        p = p.detach()
+        if hasattr(p, 'to_local'): p = p.to_local()  # a DTensor (FSDP2, tensor parallel): this rank's shard
+        h.update(p.cpu().contiguous().numpy().tobytes())
     return h.hexdigest()
 
 # %% ../nbs/01e_digits.ipynb #06facbbb

@@ -139,6 +139,7 @@ def engine_main():
     from ipyparallel.engine.app import main as ipp_engine_main
     start_owner_watch()
     os.environ.setdefault('TORCH_FR_BUFFER_SIZE', '256')  # the flight recorder's ring (ddp_nb.collectives): 256 writes in ~10 ms, 2000 in ~0.7 s
+    os.environ.setdefault('TORCH_NCCL_TRACE_BUFFER_SIZE', os.environ['TORCH_FR_BUFFER_SIZE'])  # NCCL's recorder, in torch versions that read the older name
     threading.Thread(target=_warm_import, daemon=True, name='ddp_nb-warm-import').start()
     ipp_engine_main()
 

@@ -9,13 +9,17 @@ from contextlib import contextmanager
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['MARK', 'STEP', 'COMM', 'WORK', 'load_trace', 'Steps', 'profile_steps', 'clock_offset', 'merge_traces', 'rank_summary',
-           'summarize', 'profile_verdict', 'summary_table', 'timeline', 'profile_on_rank', 'Picture', 'Profile',
-           'profile']
+__all__ = ['MARK', 'STEP', 'COMM', 'WORK', 'on_gpu', 'load_trace', 'Steps', 'profile_steps', 'clock_offset', 'merge_traces',
+           'rank_summary', 'summarize', 'profile_verdict', 'summary_table', 'timeline', 'profile_on_rank', 'Picture',
+           'Profile', 'profile']
 
 # %% ../nbs/00g_profile.ipynb #31516983
 MARK = 'ddp_nb::clock'  # marker events whose wall-clock time the sidecar records
 STEP = 'ddp_nb::step '  # step annotations: 'ddp_nb::step 0', ...
+
+def on_gpu(e:dict) -> bool:
+    "Whether a trace event is an annotation's copy on a GPU stream (with CUDA, torch.profiler draws each annotation there too)"
+    return e.get('cat') == 'gpu_user_annotation'
 
 def load_trace(path) -> dict:
     "A Chrome trace (JSON, or gzipped JSON)"
@@ -82,7 +86,7 @@ def clock_offset(trace:dict, # this rank's trace
                  marks_ns:list, # the wall-clock ns of its marker events, in order (from the sidecar)
                 ) -> tuple: # (µs to add to the trace's ts to get wall-clock µs, spread of the markers in µs)
     "Offset from the profiler's clock to wall-clock time, from the marker events"
-    ts = sorted(e['ts'] for e in trace['traceEvents'] if e.get('name') == MARK and e.get('ph') == 'X')[-len(marks_ns):]
+    ts = sorted(e['ts'] for e in trace['traceEvents'] if e.get('name') == MARK and e.get('ph') == 'X' and not on_gpu(e))[-len(marks_ns):]
     if len(ts) < len(marks_ns):
         base = trace.get('baseTimeNanoseconds')
         if base is None: raise ValueError("The trace has no ddp_nb clock markers and no baseTimeNanoseconds: profile it with profile_steps.")
@@ -94,7 +98,7 @@ def clock_offset(trace:dict, # this rank's trace
 def _rank_events(trace:dict, rank:int, shift:float) -> list:
     "This rank's events with pid=rank, ts shifted by `shift` µs; other processes' threads (GPU streams) get their own tids"
     evs = trace['traceEvents']
-    main = next((e['pid'] for e in evs if e.get('ph') == 'X' and e.get('name') == MARK), None)
+    main = next((e['pid'] for e in evs if e.get('ph') == 'X' and e.get('name') == MARK and not on_gpu(e)), None)
     tids, out = {}, []
     def tid(e):
         if e.get('pid') == main: return e.get('tid', 0)
@@ -182,7 +186,7 @@ def rank_summary(evs:list, # one rank's events (from a merged trace)
                 ) -> dict: # ms per step: step, compute, comm, exposed_comm, idle; overlap (0..1); steps; top ops
     "Where one rank's profiled steps went"
     xs = [e for e in evs if e.get('ph') == 'X' and 'dur' in e]
-    steps = [e for e in xs if e['name'].startswith(STEP)]
+    steps = [e for e in xs if e['name'].startswith(STEP) and not on_gpu(e)]
     lo, hi = (min(e['ts'] for e in steps), max(e['ts'] + e['dur'] for e in steps)) if steps else \
              (min(e['ts'] for e in xs), max(e['ts'] + e['dur'] for e in xs))
     ops = [e for e in xs if not e['name'].startswith((STEP, MARK, 'ProfilerStep'))]
@@ -248,7 +252,7 @@ def timeline(trace:dict, # a merged trace
         if e.get('ph') == 'X' and 'dur' in e: by.setdefault(e['pid'], []).append(e)
     hi = math.inf
     if steps is not None and 0 in by:
-        ends = sorted(e['ts'] + e['dur'] for e in by[0] if e['name'].startswith(STEP))
+        ends = sorted(e['ts'] + e['dur'] for e in by[0] if e['name'].startswith(STEP) and not on_gpu(e))
         if len(ends) >= steps: hi = ends[steps - 1]
     ranks = sorted(by)
     for y, r in enumerate(ranks):

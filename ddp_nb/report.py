@@ -12,8 +12,8 @@ from .context import ctx, rank_info
 from .compat_ipp import on_uncaught_error
 
 # %% auto #0
-__all__ = ['to_number', 'nvml_uuid', 'nvml_facts', 'nvml_problem', 'gpu_handle', 'LoadSampler', 'Reporter', 'connect',
-           'disconnect', 'report']
+__all__ = ['to_number', 'nvml_uuid', 'nvml_facts', 'nvml_problem', 'gpu_handle', 'gpu_memory', 'LoadSampler', 'Reporter',
+           'connect', 'disconnect', 'report']
 
 # %% ../nbs/01a_report.ipynb #86c6ce7a
 def to_number(v, # a reported value: number, bool, 0-d or 1-element tensor, numpy scalar, or anything else
@@ -69,6 +69,15 @@ def gpu_handle(device):
     "An NVML handle for `device` matched by UUID, or None (no CUDA device, or NVML unusable: `nvml_problem` says why)"
     return nvml_facts(device).get('handle')
 
+def gpu_memory(handle):
+    "NVML's memory info as nvidia-smi shows it: v2, where the driver's reserved memory is not counted as used (v1 counts it: +480 MiB on an H100)"
+    import pynvml
+    v2 = getattr(pynvml, 'nvmlMemory_v2', None)
+    if v2 is not None:
+        try: return pynvml.nvmlDeviceGetMemoryInfo(handle, version=v2)
+        except (TypeError, pynvml.NVMLError): pass  # an older nvidia-ml-py or driver: v1
+    return pynvml.nvmlDeviceGetMemoryInfo(handle)
+
 class LoadSampler:
     "Samples this process's CPU % and RSS, and its GPU's utilisation and memory when there is one (else why not, as gpu_note)"
     def __init__(self, device=None):
@@ -81,7 +90,7 @@ class LoadSampler:
         if self.gpu is not None:
             import pynvml
             try:
-                u, m = pynvml.nvmlDeviceGetUtilizationRates(self.gpu), pynvml.nvmlDeviceGetMemoryInfo(self.gpu)
+                u, m = pynvml.nvmlDeviceGetUtilizationRates(self.gpu), gpu_memory(self.gpu)
                 d.update(gpu=float(u.gpu), gpu_mem=int(m.used), gpu_total=int(m.total))
                 self.note = None
             except Exception as e: self.note = f"reading the GPU's utilisation failed ({_err(e)})"
