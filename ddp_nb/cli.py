@@ -162,6 +162,8 @@ def cleanup(everything:bool=False, # stop every cluster, owners alive or not, pe
     for cid in ids:
         try: stop_cluster(cid)
         except ValueError: pass  # it ended meanwhile
+    from ddp_nb.processes import sweep_stale_files
+    sweep_stale_files()  # and the rank files of clusters that ended without stop()
     return ids
 
 # %% ../nbs/02h_cli.ipynb #4d7647e8

@@ -21,7 +21,7 @@ from .launch import run_script
 from .compare import compare
 from .profile import profile
 from .postmortem import PostMortem, console_file
-from .collectives import collectives_file, collectives_table, read_records, set_debug
+from .collectives import collectives_file, collectives_table, read_records, set_debug, warm_up_soon
 from .collectives import records as recent_collectives
 from .dashboard import Collector, Dashboard
 
@@ -234,6 +234,7 @@ class DDPCluster:
         activate(self, self._view, self._sup, self.interrupt)  # %%px on the new engines
         new = [p['rank'] for p in rs.plan if p['engine_id'] not in keep]
         if new and self._collector is not None: self._connect_reporters(new)
+        if new: self._warm_records(new)
         print(f"Restarted in {time.monotonic() - t0:.1f}s: " + (f"ranks {ranks} are new engines (state lost), " if ranks else '')
               + (f"ranks {sorted(keep.values())} kept their state; " if keep else '')
               + f"new process group on port {self.master_port}. "
@@ -492,6 +493,7 @@ class DDPCluster:
             self._form_group()
             self._collector = Collector(collector_host(self._ranks, self.ifname))
             self._connect_reporters()
+            self._warm_records()
             activate(self, self._view, self._sup, self.interrupt)
         except BaseException:
             self.stop()
@@ -509,6 +511,10 @@ class DDPCluster:
         self._view = self._rc.direct_view(self._ranks.engine_ids())
         self._view.block = True
         watch_exits(self._ipp)  # how an engine died, for error messages
+
+    def _warm_records(self, ranks:list|None=None):
+        "Last in a start: each rank readies its collective records' source lines (~1 s on its main thread, after this call answers)"
+        self._ranks.call(warm_up_soon, ranks=ranks, what='Readying the collective records', timeout=self.timeout)
 
     def _connect_reporters(self, ranks:list|None=None):
         "Connect the reporters of `ranks` (None: all) to the kernel's collector"

@@ -8,9 +8,9 @@ import html, json, os, re, sys, tempfile, threading, time
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['is_cell', 'source_line', 'to_records', 'records', 'current', 'collectives_file', 'write_records', 'ring_size',
-           'install', 'writer_stats', 'uninstall', 'read_records', 'fingerprint', 'describe_record', 'desync_report',
-           'CollectivesTable', 'collectives_table', 'set_debug']
+__all__ = ['is_cell', 'source_line', 'to_records', 'records', 'current', 'collectives_file', 'write_records', 'warm_up',
+           'warm_up_soon', 'ring_size', 'install', 'writer_stats', 'uninstall', 'read_records', 'fingerprint',
+           'describe_record', 'desync_report', 'CollectivesTable', 'collectives_table', 'set_debug']
 
 # %% ../nbs/00h_collectives.ipynb #c3100007
 _DTYPES = dict(Float='float32', Double='float64', Half='float16', BFloat16='bfloat16', Long='int64', Int='int32', Short='int16',
@@ -75,10 +75,12 @@ def collectives_file(cluster_id:str, rank:int) -> str:
 def write_records(path:str, # the file; written atomically (a reader never sees half of it)
                   last:int=64, # records per process group
                   status:dict|None=None, # the pg_status this dump goes with, stored for the reader
+                  stacks:bool=True, # with each record's source line (torch's symbolizer: `warm_up` first, on the main thread)
                  ):
     "Write this rank's recent collectives to `path` as JSON"
     from ddp_nb.compat_torch import flight_recorder_dump
-    d = dict(rank=int(os.environ.get('RANK', -1)), pid=os.getpid(), time=time.time(), records=to_records(flight_recorder_dump(), last), status=status)
+    recs = to_records(flight_recorder_dump(stacks=stacks), last)
+    d = dict(rank=int(os.environ.get('RANK', -1)), pid=os.getpid(), time=time.time(), records=recs, status=status)
     tmp = f"{path}.{os.getpid()}.tmp"
     Path(tmp).write_text(json.dumps(d)); os.replace(tmp, path)
 
@@ -98,12 +100,31 @@ class _Writer(threading.Thread):
                 if st != prev: t_changed = now
                 # stalled for `stall` s (not between two cells: a write holds the GIL ~7 ms), or time for a fresh copy
                 if st != written and ((st == prev and now - t_changed >= self.stall) or now - t_written > self.every):
-                    write_records(self.path, self.last, st[1]); written, t_written = st, time.monotonic(); self.writes += 1
+                    write_records(self.path, self.last, st[1], stacks=_warm.is_set()); written, t_written = st, time.monotonic(); self.writes += 1
                 prev = st
             except Exception as e: print(f"ddp_nb.collectives: cannot write {self.path}: {e}", file=sys.__stderr__); return
             finally: self.cpu = time.thread_time()
 
 _writer = {}
+_warm = threading.Event()  # set once torch's symbolizer has run on this rank's main thread
+
+def warm_up():
+    "The first dump with source lines, here: torch's symbolizer then imports ~800 modules of torch (`torch._inductor`, `_dynamo`; ~1 s once)"
+    from ddp_nb.compat_torch import flight_recorder_dump
+    if not _warm.is_set(): flight_recorder_dump(stacks=True, collectives=True); _warm.set()
+
+def _warm_up_quietly():
+    try: warm_up()
+    except Exception as e: print(f"ddp_nb.collectives: no source lines in the records ({e})", file=sys.__stderr__)
+
+def warm_up_soon():
+    "`warm_up` on the main thread once the engine's current request has answered (its event loop), else now"
+    # Never in the writer thread: its imports raced a cell's own imports of the same modules ("partially initialized module
+    # 'torch._inductor.utils'"). Not inside the request either: the cluster's start would wait for it (2 ranks: 2.2 s -> 4.9 s).
+    # Until it ran, the writer writes records without source lines.
+    import asyncio
+    try: asyncio.get_running_loop().call_soon(_warm_up_quietly)
+    except RuntimeError: _warm_up_quietly()
 
 def ring_size() -> int:
     "Entries the flight recorder keeps (`TORCH_FR_BUFFER_SIZE` as this process started with it; torch 2.13's default 2000)"
@@ -116,17 +137,14 @@ def install(cluster_id:str|None=None, # None: this engine's IPP_CLUSTER_ID
             every:float|None=None, # seconds between writes while collectives progress; None: 10 with a ring of at most 512, else never (only on stalls)
             last:int=64, # records per process group in the file
             stall:float=1.0, # seconds without a new collective before the records are written (a hang is reported after 2 s or more)
+            warm:bool=True, # also `warm_up_soon` (a cluster starting does it last, after its other requests)
            ) -> str: # the file
     "Start (or restart) this rank's writer of its recent collectives to `collectives_file(cluster_id, rank)`"
     uninstall()
     if every is None: every = 10.0 if ring_size() <= 512 else float('inf')  # a write symbolizes the whole ring: ~11 ms for 256 entries, ~0.7 s for 2000
     cid = cluster_id or os.environ.get('IPP_CLUSTER_ID', 'local')
     path = collectives_file(cid, int(os.environ.get('RANK', 0)) if rank is None else rank)
-    # here, on the rank's main thread while the cluster forms: the first symbolizing dump imports ~800 modules of torch
-    # (_dynamo, _inductor; ~1.5 s once). Done later by the writer thread, it raced the user's own imports of the same
-    # modules in a cell ("partially initialized module 'torch._inductor.utils'")
-    from ddp_nb.compat_torch import flight_recorder_dump
-    flight_recorder_dump(stacks=True, collectives=True)
+    if warm: warm_up_soon()
     _writer['t'] = w = _Writer(path, poll, every, last, stall); w.start()
     return path
 

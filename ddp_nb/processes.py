@@ -4,16 +4,17 @@
 
 # %% ../nbs/00d_processes.ipynb #7e55bdc9
 from __future__ import annotations
-import os, select, sys, threading, time
+import os, re, select, sys, tempfile, threading, time
 from pathlib import Path
 import psutil
 from .core import cluster_owner
 from .host import pid_alive
 
 # %% auto #0
-__all__ = ['OWNER_ENV', 'ENGINE_CMD', 'CONTROLLER_CMD', 'owner_token', 'owner_alive', 'wait_for_exit', 'cluster_processes',
-           'cluster_members', 'cluster_procs', 'kill_procs', 'cluster_files', 'end_cluster', 'start_owner_watch',
-           'engine_main', 'controller_main', 'watch_owner']
+__all__ = ['OWNER_ENV', 'RANK_FILE', 'ENGINE_CMD', 'CONTROLLER_CMD', 'owner_token', 'owner_alive', 'wait_for_exit',
+           'cluster_processes', 'cluster_members', 'cluster_procs', 'kill_procs', 'cluster_files', 'end_cluster',
+           'rank_files', 'stale_files', 'sweep_stale_files', 'start_owner_watch', 'engine_main', 'controller_main',
+           'watch_owner']
 
 # %% ../nbs/00d_processes.ipynb #21438bbf
 OWNER_ENV = 'DDP_NB_OWNER'  # 'pid:start time' of the process whose exit ends the cluster; '' for a persistent cluster
@@ -107,8 +108,40 @@ def end_cluster(cluster_id:str, # IPP_CLUSTER_ID of the cluster
         except psutil.Error: pass
     deadline = time.monotonic() + timeout
     while any(pid_alive(p.pid) for p in procs) and time.monotonic() < deadline: time.sleep(0.02)
-    for f in cluster_files(cluster_id, profile_dir): f.unlink(missing_ok=True)
+    for f in cluster_files(cluster_id, profile_dir) + rank_files(cluster_id): f.unlink(missing_ok=True)
     return len(procs)
+
+# %% ../nbs/00d_processes.ipynb #d788cbcf
+RANK_FILE = re.compile(r"(ddp_nb-\d+-\w+?)-(?:stack|collectives)-\d+\.(?:txt|json)(?:\.\d+\.tmp)?")
+
+def rank_files(cluster_id:str, # IPP_CLUSTER_ID of the cluster
+               tmpdir:str|None=None, # the host's temporary folder; None: `tempfile.gettempdir()`
+              ) -> list[Path]: # the files of this cluster's ranks on this host
+    "The files a cluster's ranks write in the temporary folder: stacks for `cl.where()`, collective records"
+    d = Path(tmpdir or tempfile.gettempdir())
+    return sorted(f for f in d.glob(f'{cluster_id}-*') if (m := RANK_FILE.fullmatch(f.name)) and m[1] == cluster_id)
+
+def stale_files(tmpdir:str|None=None, # the host's temporary folder; None: `tempfile.gettempdir()`
+                live:set|None=None, # ids of clusters that still run; None: those with a live process on this host
+               ) -> list[str]: # paths
+    "The rank files (stacks, collective records) of clusters that ended without `stop()`: owner dead, no process left"
+    tmpdir = tmpdir or tempfile.gettempdir()
+    if live is None: live = set(cluster_processes())
+    out = []
+    for f in sorted(os.listdir(tmpdir)):
+        m = RANK_FILE.fullmatch(f)
+        if m and m[1] not in live and not pid_alive(cluster_owner(m[1]) or 0): out.append(os.path.join(tmpdir, f))
+    return out
+
+def sweep_stale_files(tmpdir:str|None=None, # the host's temporary folder; None: `tempfile.gettempdir()`
+                     ) -> int: # files removed
+    "Remove `stale_files` (a killed kernel leaves its clusters' rank files behind: nothing else would)"
+    n = 0
+    for f in stale_files(tmpdir):
+        try: os.unlink(f); n += 1
+        except OSError: pass
+    return n
+
 
 # %% ../nbs/00d_processes.ipynb #59ca3877
 def _watch(token, cluster_id, profile_dir, leave):

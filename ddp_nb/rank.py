@@ -236,7 +236,7 @@ def enter_cluster(cluster_id:str, # the cluster's id (it names the stack file)
     ip = get_ipython()
     if ip is not None: ip.user_ns.update(namespace())  # what %%px cells see
     from ddp_nb.collectives import install
-    try: install(cluster_id, rank_info().rank)  # its recent collectives, written where the notebook reads them (`cl.collectives()`)
+    try: install(cluster_id, rank_info().rank, warm=False)  # its recent collectives, written where the notebook reads them (`cl.collectives()`)
     except Exception as e: print(f"ddp_nb: no collective records on this rank ({e})", file=sys.stderr)
     return install_stack_dump(stack_file(cluster_id, rank_info().rank, tempfile.gettempdir()))
 

@@ -6,7 +6,7 @@ import json, os, signal, subprocess, sys, time
 from pathlib import Path
 from ddp_nb.processes import cluster_procs
 from ddp_nb.core import cluster_owner
-from ddp_nb.processes import cluster_files
+from ddp_nb.processes import cluster_files, rank_files
 from conftest import run, shown
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -43,6 +43,9 @@ def test_killed_client_takes_its_cluster_along(no_leftovers):
     assert len(procs) >= 5, [q.cmdline() for q in procs]  # controller (+ schedulers), 2 engines, 2 nannies
     profile = procs[0].environ()['IPP_PROFILE_DIR']
     assert cluster_files(cid, profile)
+    deadline = time.monotonic() + 10   # the ranks' files for cl.where() / cl.collectives() (a stack file each at once)
+    while len(rank_files(cid)) < 2 and time.monotonic() < deadline: time.sleep(0.1)
+    assert len(rank_files(cid)) >= 2, rank_files(cid)
     # one engine is stopped (as if stuck): it cannot watch, so the controller or the other engine must end it
     stuck = next(q for q in procs if 'processes import engine_main' in ' '.join(q.cmdline()))
     stuck.suspend()
@@ -51,6 +54,7 @@ def test_killed_client_takes_its_cluster_along(no_leftovers):
     print(f"\nclient SIGKILLed: its {len(procs)} cluster processes (one engine SIGSTOPped) gone after {dt:.2f}s")
     assert cluster_procs(cid) == [] and dt < GONE_WITHIN
     assert cluster_files(cid, profile) == []  # the watcher removed the connection files too
+    assert rank_files(cid) == []              # and the ranks' files in the temporary folder
 
 
 def _exec(kc, code: str, timeout: float = 180):
