@@ -24,6 +24,24 @@ def ours():
         except Exception: pass
     return out
 
+def gpu_marks():
+    "(GPUs torch sees, pytestmark for a GPU test module: marked gpu, skipped where no CUDA GPU is visible)"
+    import torch   # only GPU modules pay for it
+    n = torch.cuda.device_count()   # initialises the driver only: this process makes no CUDA context
+    return n, [pytest.mark.gpu, pytest.mark.skipif(n == 0, reason="no CUDA GPU visible (torch.cuda.device_count() == 0): "
+                                                                  "run the GPU suite on a GPU machine with `make test-gpu`")]
+
+
+def one_gpu_rank():
+    "A module's cluster: one nccl rank on cuda:0 (yielded), stopped after, leaving no process"
+    from ddp_nb import DDPCluster
+    assert ours() == [], "processes from an earlier test are still running"
+    c = DDPCluster(n=1).start()
+    yield c
+    c.stop()
+    assert ours() == [], "the GPU cluster left processes behind"
+
+
 
 @pytest.fixture
 def no_leftovers():

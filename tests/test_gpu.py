@@ -6,24 +6,14 @@ Skipped where no CUDA GPU is visible. One GPU is enough: nccl runs at world size
 import json, os, subprocess, sys, time
 import pytest
 import ipyparallel as ipp
-import torch
-from conftest import ours, run
+from conftest import gpu_marks, one_gpu_rank, ours, run
 from ddp_nb import DDPCluster
 
-N_GPUS = torch.cuda.device_count()   # initialises the driver only; this process makes no CUDA context
-pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(N_GPUS == 0, reason="no CUDA GPU visible (torch.cuda.device_count() == 0): "
-                                                     "run the GPU suite on a GPU machine with `make test-gpu`")]
+N_GPUS, pytestmark = gpu_marks()
 
 
 @pytest.fixture(scope='module')
-def cl():
-    "One nccl rank on cuda:0 for the whole module"
-    assert ours() == [], "processes from an earlier test are still running"
-    c = DDPCluster(n=1).start()
-    yield c
-    c.stop()
-    assert ours() == [], "the GPU cluster left processes behind"
+def cl(): yield from one_gpu_rank()
 
 
 # ---------------------------------------------------------------- the cluster on the GPU

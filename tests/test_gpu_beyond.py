@@ -7,24 +7,13 @@ Skipped where no CUDA GPU is visible. One GPU: nccl at world size 1."""
 import time
 import pytest
 import ipyparallel as ipp
-import torch
-from conftest import ours
-from ddp_nb import DDPCluster
+from conftest import gpu_marks, one_gpu_rank
 
-N_GPUS = torch.cuda.device_count()
-pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(N_GPUS == 0, reason="no CUDA GPU visible (torch.cuda.device_count() == 0): "
-                                                     "run the GPU suite on a GPU machine with `make test-gpu`")]
+N_GPUS, pytestmark = gpu_marks()
 
 
 @pytest.fixture(scope='module')
-def cl():
-    "One nccl rank on cuda:0 for the whole module"
-    assert ours() == [], "processes from an earlier test are still running"
-    c = DDPCluster(n=1).start()
-    yield c
-    c.stop()
-    assert ours() == [], "the GPU cluster left processes behind"
+def cl(): yield from one_gpu_rank()
 
 
 # ---------------------------------------------------------------- the step breakdown: CUDA events, no syncs
