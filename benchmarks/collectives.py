@@ -20,15 +20,9 @@ def fr_size() -> tuple:
 
 def ddp_steps(width: int, steps: int, seed: int = 0, warmup: int = 3) -> dict:
     "`workload.mlp_steps` (DDP, the same MLP and data), also timing this rank's CPU (all its threads: gloo's, the writer's); steps/s and CPU ms a step"
-    import torch, torch.nn as nn, torch.nn.functional as F, torch.distributed as dist
-    from torch.nn.parallel import DistributedDataParallel as DDP
-    torch.manual_seed(seed)
-    m = DDP(nn.Sequential(nn.Linear(width, width), nn.ReLU(), nn.Linear(width, width), nn.ReLU(), nn.Linear(width, 10)))
-    opt = torch.optim.SGD(m.parameters(), lr=1e-3)
-    g = torch.Generator().manual_seed(seed + dist.get_rank())
-    x, y = torch.randn(64, width, generator=g), torch.randint(0, 10, (64,), generator=g)
-    def step():
-        loss = F.cross_entropy(m(x), y); opt.zero_grad(); loss.backward(); opt.step()
+    import torch.distributed as dist
+    from benchmarks.workload import mlp_job
+    _, step = mlp_job(width, seed)
     for _ in range(warmup): step()
     dist.barrier(); t0, c0 = time.perf_counter(), time.process_time()
     for _ in range(steps): step()

@@ -4,9 +4,8 @@ As a torchrun worker: python -m benchmarks.workload {mlp|trivial|iterate} [optio
 import argparse, hashlib, json, os, time
 
 
-def mlp_steps(width: int, steps: int, seed: int = 0, warmup: int = 3, report_every_step: bool = False) -> dict:
-    "Time `steps` DDP steps of a 3-layer MLP on fixed random data in the current process group; steps/s and digest"
-    from ddp_nb.report import report
+def mlp_job(width: int, seed: int = 0) -> tuple:
+    "(model, step): a DDP-wrapped 3-layer MLP on this rank's fixed random batch; `step()` runs one SGD step and returns the loss"
     import torch, torch.nn as nn, torch.nn.functional as F, torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
     torch.manual_seed(seed)
@@ -16,6 +15,14 @@ def mlp_steps(width: int, steps: int, seed: int = 0, warmup: int = 3, report_eve
     x, y = torch.randn(64, width, generator=g), torch.randint(0, 10, (64,), generator=g)
     def step():
         loss = F.cross_entropy(m(x), y); opt.zero_grad(); loss.backward(); opt.step(); return loss
+    return m, step
+
+
+def mlp_steps(width: int, steps: int, seed: int = 0, warmup: int = 3, report_every_step: bool = False) -> dict:
+    "Time `steps` DDP steps of a 3-layer MLP on fixed random data in the current process group; steps/s and digest"
+    from ddp_nb.report import report
+    import torch.distributed as dist
+    m, step = mlp_job(width, seed)
     for _ in range(warmup): step()
     dist.barrier()
     t0 = time.perf_counter()

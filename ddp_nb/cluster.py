@@ -63,7 +63,9 @@ class DDPCluster:
         self.persistent, self.port, self.per_host, self.attached = persistent, port, n, False
         self.cluster_id = self.start_time = self.master_addr = self.master_port = None
         self._ipp = self._rc = self._view = self._fin = self._collector = self._history = self._dash = None
-        self._ranks, self._sup, self._grace, self._hang_after = RankSet(None), None, 2.0, 'auto'
+        self._ranks, self._sup = RankSet(None), None
+        self.grace = 2.0  # seconds the other ranks get to finish after one fails, before they count as stuck and are ended
+        self.hang_after = 'auto'  # seconds without progress before the watchdog reports a hang; 'auto' (`supervise.hang_limit`); None: never
         if engines == 'local':
             if hosts is not None: raise ValueError(f"hosts={hosts!r} needs engines='ssh', 'slurm' or 'mpi': local engines run on this host only.")
             n_gpus = local_gpus()
@@ -271,24 +273,6 @@ class DDPCluster:
         "Wait for `ar`: end ranks left stuck by a failed one, report hangs, and raise one clear `RankFailure` on errors"
         return self._sup.supervise(ar, tick)
 
-    @property
-    def grace(self) -> float:
-        "Seconds the other ranks get to finish after one fails, before they count as stuck and are ended"
-        return self._grace
-    @grace.setter
-    def grace(self, v):
-        self._grace = v
-        if self._sup is not None: self._sup.grace = v
-
-    @property
-    def hang_after(self):
-        "Seconds without progress before the watchdog reports a hang; 'auto' (`supervise.hang_limit`); None: never"
-        return self._hang_after
-    @hang_after.setter
-    def hang_after(self, v):
-        self._hang_after = v
-        if self._sup is not None: self._sup.hang_after = v
-
     def where(self,
               ranks:list|None=None, # ranks to ask; None: all
               wait:float=0.5, # seconds to give the ranks to write their stacks
@@ -488,8 +472,7 @@ class DDPCluster:
         try:
             connect()
             self._ranks = RankSet(self._rc)
-            self._sup = Supervisor(self._ranks, self.cluster_id, self.timeout, progress=lambda: self._collector, death=self._death)
-            self._sup.grace, self._sup.hang_after = self._grace, self._hang_after
+            self._sup = Supervisor(self._ranks, self.cluster_id, self.timeout, progress=lambda: self._collector, death=self._death, limits=self)
             self._form_group()
             self._collector = Collector(collector_host(self._ranks, self.ifname))
             self._connect_reporters()

@@ -16,7 +16,7 @@ from .ranks import RankSet
 
 # %% auto #0
 __all__ = ['FEW', 'proc_status', 'where', 'stack_frames', 'group_stacks', 'group_header', 'grouped_stacks', 'show_stacks',
-           'RankFailure', 'Interrupted', 'cell_label', 'Watch', 'Supervisor', 'hang_limit', 'desync_states',
+           'RankFailure', 'Interrupted', 'cell_label', 'Watch', 'Limits', 'Supervisor', 'hang_limit', 'desync_states',
            'stopped_ranks', 'issued_counts', 'rank_lines']
 
 # %% ../nbs/02c_supervise.ipynb #dd12faf1
@@ -178,6 +178,11 @@ class Watch:
         self.hung = self.claimed = self.done = False
         self.lock = threading.Lock()
 
+class Limits:
+    "How long a `Supervisor` waits (a `DDPCluster` is one: `cl.grace`, `cl.hang_after`, read at every look)"
+    grace = 2.0  # seconds the other ranks get to finish after one fails, before they count as stuck
+    hang_after = 'auto'  # seconds without progress before the watchdog reports a hang; 'auto': `hang_limit`; None: never
+
 class Supervisor:
     "Watches every task sent to the ranks: ends ranks left stuck by a failed one, reports hangs, and fails with one clear `RankFailure`"
     def __init__(self, rs:RankSet, # the ranks (its plan may change: restarts)
@@ -185,10 +190,10 @@ class Supervisor:
                  timeout:float=60, # the process group's timeout
                  progress=lambda: None, # returns the dashboard's `Collector` (its reports are progress), or None
                  death=lambda rank: 'died', # how the engine of a rank ended, in words
+                 limits=None, # has `grace` and `hang_after` (`Limits`, or the cluster); None: `Limits()`
                 ):
         self.rs, self.cluster_id, self.timeout, self.progress, self.death = rs, cluster_id, timeout, progress, death
-        self.grace = 2.0  # seconds the other ranks get to finish after one fails, before they count as stuck
-        self.hang_after = 'auto'  # seconds without progress before the watchdog reports a hang; 'auto': `hang_limit`; None: never
+        self.limits = Limits() if limits is None else limits
         self.watches, self.active, self.last_ar, self.last_origin, self._thread = [], True, None, None, None
 
     def watch(self, ar, blocking:bool=False) -> Watch:
@@ -233,7 +238,7 @@ class Supervisor:
         if done or not running: return True
         if w.first:
             w.t_fail = w.t_fail or now
-            if now - w.t_fail > self.grace:
+            if now - w.t_fail > self.limits.grace:
                 silent = rs.silent([r for r in running if not rs.is_local(r)])  # on other hosts: gone, or only stuck?
                 w.lost += silent
                 gone = silent + rs.gone()
@@ -243,7 +248,7 @@ class Supervisor:
                     rs.end(stuck); w.ended += stuck
                     deadline = time.monotonic() + 10
                     while any(rs.states(ar).get(r, ('',))[0] == 'running' for r in stuck) and time.monotonic() < deadline: ar.wait(0.05)
-        elif self.hang_after is not None and not w.hung and self._hanging(w, running, states):
+        elif self.limits.hang_after is not None and not w.hung and self._hanging(w, running, states):
             w.hung = True
             self.hang_report(running, now - w.t0, finished=[r for r, (s, _) in states.items() if s in ('ok', 'stopped')])
         return False
@@ -300,9 +305,9 @@ def _hanging(self:Supervisor, w:Watch, running:list, states:dict) -> bool:
     "Whether the watchdog should speak: a rank stopped (SIGSTOP) for `grace` s, or no progress for `hang_after` (or `hang_limit`) s"
     stopped = stopped_ranks(self.rs, running)
     w.t_stop = (w.t_stop or time.monotonic()) if stopped else None
-    if stopped and time.monotonic() - w.t_stop > self.grace: return True
+    if stopped and time.monotonic() - w.t_stop > self.limits.grace: return True
     finished = any(s in ('ok', 'stopped') for s, _ in states.values())
-    limit = self.hang_after if self.hang_after != 'auto' else hang_limit(self._report_interval(running), finished, self.timeout)
+    limit = self.limits.hang_after if self.limits.hang_after != 'auto' else hang_limit(self._report_interval(running), finished, self.timeout)
     return self._stalled(running, w.t0) > limit
 
 @patch
@@ -366,7 +371,7 @@ def failure(self:Supervisor, states:dict, first:list, ended:list, cell:str='the 
     for r in sorted(states):
         if r == origin: continue
         s, e = states[r]
-        if r in ended: others.append((r, f": was still running {self.grace:g}s after (most likely waiting for rank {origin} in a collective) and was ended: its state is lost."))
+        if r in ended: others.append((r, f": was still running {self.limits.grace:g}s after (most likely waiting for rank {origin} in a collective) and was ended: its state is lost."))
         elif s == 'dead': others.append((r, f" (host {rs.plan[r]['host']}): {self.death(r)}."))
         elif s == 'lost': others.append((r, f" (host {rs.plan[r]['host']}): stopped answering too."))
         elif s == 'error' and r in first and _one_line(e) == _one_line(err): others.append((r, ": raised the same error."))
