@@ -26,7 +26,7 @@ def main(argv=None):
              compile_warm.run(1, cold=False) if f else compile_warm.run(3),
              collectives.run(1, 0.5) if f else collectives.run(3, 2),
              timing.run(1, 4) if f else timing.run(3, 20),
-             scale.run(1, 1., (8, 64), slow=()) if f else scale.run(3, 5.),
+             scale.run(1, 1., (8, 64), extra=()) if f else scale.run(3, 5.),
              growth.run(1, (1, 2)) if f else growth.run(3, (1, 2, 4, 8))]
     head = (f"Machine: {machine()}  \nCommand: `python -m benchmarks{' --fast' if f else ''}` "
             f"({time.time() - t0:.0f} s, {time.strftime('%Y-%m-%d')}). Only ratios carry across machines and runs.\n\n")

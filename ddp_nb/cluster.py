@@ -10,7 +10,7 @@ from .core import engine_count, make_cluster_id, pick_backend, stack_file
 from .host import local_cpus, local_gpus
 from .processes import cluster_procs, kill_procs
 from . import rank
-from .report import connect as connect_reporter
+from .report import batch_interval, connect as connect_reporter
 from .ranks import Rank, RankSet, gather, push
 from .engines import (await_registration, connect_existing, controller_ip, death_cause, exit_code, ipp_cluster, remote_count,
                             ssh_hosts, start_more, stop_ipp, wait_for_engines, watch_exits)
@@ -501,8 +501,7 @@ class DDPCluster:
 
     def _connect_reporters(self, ranks:list|None=None):
         "Connect the reporters of `ranks` (None: all) to the kernel's collector"
-        every = 0.1 if self.world_size <= 512 else 0.5  # batches per second decide the kernel's cost at scale (benchmarks/scale.py)
-        self._ranks.call(connect_reporter, self._collector.addr, ranks=ranks, interval=every, what='Connecting the ranks to the dashboard', timeout=self.timeout)
+        self._ranks.call(connect_reporter, self._collector.addr, ranks=ranks, interval=batch_interval(self.world_size), what='Connecting the ranks to the dashboard', timeout=self.timeout)
 
     def _death(self, r:int) -> str:
         "How the engine of rank `r` ended, in words: its exit status when it ran on this host"

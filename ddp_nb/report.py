@@ -4,7 +4,8 @@
 
 # %% ../nbs/01a_report.ipynb #821048f9
 from __future__ import annotations
-import math, os, sys, threading, time
+import json, math, os, sys, threading, time
+from array import array
 from collections import deque
 from fastcore.basics import patch
 from .host import host_identity
@@ -12,8 +13,8 @@ from .context import ctx, rank_info
 from .compat_ipp import on_uncaught_error
 
 # %% auto #0
-__all__ = ['to_number', 'nvml_uuid', 'nvml_facts', 'nvml_problem', 'gpu_handle', 'gpu_memory', 'LoadSampler', 'Reporter',
-           'connect', 'disconnect', 'report']
+__all__ = ['WIRE', 'to_number', 'nvml_uuid', 'nvml_facts', 'nvml_problem', 'gpu_handle', 'gpu_memory', 'LoadSampler', 'encode',
+           'decode', 'Reporter', 'batch_interval', 'connect', 'disconnect', 'report']
 
 # %% ../nbs/01a_report.ipynb #86c6ce7a
 def to_number(v, # a reported value: number, bool, 0-d or 1-element tensor, numpy scalar, or anything else
@@ -97,6 +98,47 @@ class LoadSampler:
         if self.note: d['gpu_note'] = self.note
         return d
 
+# %% ../nbs/01a_report.ipynb #aa4c2c6e
+WIRE = 2  # the batch format's version: a collector names batches of another version (engines and kernel on different ddp_nb versions)
+
+def encode(head:dict, # who sent it and its state: rank, pid, host, t, busy, ...
+           pts:list, # [(time, step, {metric: float})], oldest first
+          ) -> bytes:
+    "A batch as one message: a line of JSON, then steps (int64), times (float64) and each metric's values (float64; and int64 indices unless every point has it)"
+    steps, ts, cols = array('q'), array('d'), {}
+    for i, (t, step, vals) in enumerate(pts):
+        steps.append(step); ts.append(t)
+        for k, v in vals.items():
+            c = cols.get(k)
+            if c is None: c = cols[k] = (array('d'), array('q'))
+            c[0].append(v); c[1].append(i)
+    back = [i for i in range(1, len(steps)) if steps[i] < steps[i - 1]]  # a new run starts there
+    layout = [[k, len(ix) if len(ix) < len(steps) else None] for k, (_, ix) in cols.items()]  # points that have it; None: all
+    head = dict(head, wire=WIRE, order=sys.byteorder, n=len(steps), back=back, cols=layout)
+    parts = [json.dumps(head).encode(), b'\n', steps.tobytes(), ts.tobytes()]  # json.dumps never writes a raw newline
+    for (k, some), (v, ix) in zip(layout, cols.values()): parts += [v.tobytes()] if some is None else [v.tobytes(), ix.tobytes()]
+    return b''.join(parts)
+
+def decode(msg:bytes, # a batch, as `encode` made it
+          ) -> dict:
+    "The header, with `steps` and `ts` (arrays) and `cols`: {metric: (values, indices of the points that have it, or None: every point)}"
+    i = msg.find(b'\n')
+    head = json.loads(msg[:i] if i >= 0 else msg)
+    if head.get('wire') != WIRE:
+        raise ValueError(f"a rank sent its reports in wire format {head.get('wire', 1)}, this kernel reads format {WIRE}: the engines run "
+                         "another ddp_nb version than the notebook's kernel; install the same version on every host and restart the cluster.")
+    body, at, swap = memoryview(msg)[i + 1:], 0, head['order'] != sys.byteorder
+    def column(code, k):
+        nonlocal at
+        a = array(code); a.frombytes(body[at:at + 8 * k]); at += 8 * k
+        if swap: a.byteswap()
+        return a
+    n = head['n']
+    head['steps'], head['ts'] = column('q', n), column('d', n)
+    head['cols'] = {k: (column('d', n), None) if some is None else (column('d', some), column('q', some)) for k, some in head['cols']}
+    if at != len(body): raise ValueError(f"a report batch from rank {head.get('rank')} has {len(body)} bytes of columns, its header describes {at}")
+    return head
+
 # %% ../nbs/01a_report.ipynb #fb2fc6ab
 class Reporter:
     "Batches `report` calls on this rank and sends them to the notebook's collector from a daemon thread"
@@ -133,8 +175,8 @@ class Reporter:
 
 # %% ../nbs/01a_report.ipynb #ec43bce5
 @patch
-def _batch(self:Reporter) -> dict:
-    "Drain the buffer into one message: points, flags, heartbeat and (now and then) load"
+def _batch(self:Reporter) -> tuple:
+    "Drain the buffer into one batch: (header with flags, heartbeat and now and then load; points)"
     pts, flags = [], []
     while self.buf:
         t, step, metrics = self.buf.popleft()
@@ -145,20 +187,19 @@ def _batch(self:Reporter) -> dict:
         s, bad = to_number(step)
         pts.append((t, int(s) if bad is None else -1, vals))
     now = time.time()
-    msg = dict(rank=self.rank, pid=self.pid, host=self.host, t=now, pts=pts, flags=flags,
-               busy=now - self.last_report < 2.0, cell=self.in_cell, dropped=self.dropped, error=self.error, stop_eta=ctx.stop_eta())
+    head = dict(rank=self.rank, pid=self.pid, host=self.host, t=now, flags=flags,
+                busy=now - self.last_report < 2.0, cell=self.in_cell, dropped=self.dropped, error=self.error, stop_eta=ctx.stop_eta())
     if now - self.last_load >= self.load_interval:
-        msg['load'], self.last_load = self.load(), now
-    return msg
+        head['load'], self.last_load = self.load(), now
+    return head, pts
 
 @patch
 def flush(self:Reporter):
     "Send what is buffered now (the thread does this every `interval`)"
     import zmq
-    msg = self._batch()
-    try:
-        self.sock.send_json(msg, flags=zmq.NOBLOCK)
-    except zmq.Again: self.dropped += len(msg['pts'])  # the notebook is gone or stalled: never block training
+    head, pts = self._batch()
+    try: self.sock.send(encode(head, pts), flags=zmq.NOBLOCK)
+    except zmq.Again: self.dropped += len(pts)  # the notebook is gone or stalled: never block training
 
 @patch
 def _loop(self:Reporter):
@@ -203,6 +244,11 @@ def _hook_errors(self:Reporter):
         sh.events.register('post_execute', _cell_ended)
 
 # %% ../nbs/01a_report.ipynb #d186e459
+def batch_interval(ranks:int, # ranks reporting to one notebook
+                  ) -> float:
+    "Seconds between a rank's batches: 0.1, or longer beyond 100 ranks, so the notebook receives about 1,000 batches a second at most"
+    return max(0.1, ranks / 1000)  # the kernel's cost grows with batches as well as points (benchmark 12)
+
 def connect(addr:str, # the collector's address
             rank:int|None=None, # this process's rank; None: from `rank_info`
             device=None, # torch device for GPU load; None: the rank's device
