@@ -6,7 +6,7 @@ on-disk cache is cold, faster when it already holds the kernels (TORCHINDUCTOR_C
 
     python -m benchmarks.compile_warm [--repeats 3]
     python -m torch.distributed.run --standalone --nproc_per_node=2 -m benchmarks.compile_warm --worker --lr 0.05 --out r.json"""
-import argparse, json, os, shutil, subprocess, sys, tempfile, time
+import argparse, json, os, shutil, subprocess, tempfile, time
 from benchmarks.common import med, table, torchrun_cmd, ROOT
 
 _job = {}

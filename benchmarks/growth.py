@@ -76,7 +76,7 @@ def one_start(k: int) -> tuple:
 
 def slope(ks: list, ys: list) -> float:
     "Least-squares slope of ys over ks (seconds per engine); nan with fewer than 2 distinct ks"
-    n, mk, my = len(ks), sum(ks) / len(ks), sum(ys) / len(ys)
+    mk, my = sum(ks) / len(ks), sum(ys) / len(ys)
     den = sum((k - mk) ** 2 for k in ks)
     return sum((k - mk) * (y - my) for k, y in zip(ks, ys)) / den if den else float('nan')
 

@@ -9,7 +9,7 @@ the collector's thread, as in a notebook) runs in this process, whose CPU time i
 
     python -m benchmarks.scale [--repeats 3] [--seconds 5]
     python -m benchmarks.scale --sim ADDR FIRST COUNT RATE SECONDS START INTERVAL   (one simulator process; prints JSON)"""
-import argparse, gc, json, math, os, subprocess, sys, threading, time
+import argparse, gc, json, math, os, subprocess, sys, time
 from collections import deque
 from benchmarks.common import med, table, ROOT
 

@@ -9,10 +9,10 @@ from fastcore.basics import patch
 from .core import parse_ranks, rank_ranges
 
 # %% auto #0
-__all__ = ['tensor_digest', 'NumberList', 'EmptyContainer', 'leaf_entry', 'unwrap_module', 'leaves', 'fingerprint', 'rng_states',
-           'sampler_positions', 'evaluate', 'ranks_text', 'CompareRow', 'compare_row', 'Comparison',
-           'compare_fingerprints', 'comparison_text', 'comparison_html', 'leaf_values', 'rank_values', 'fill_diffs',
-           'compare_objects', 'compare']
+__all__ = ['tensor_digest', 'NumberList', 'EmptyContainer', 'is_dtensor', 'leaf_entry', 'dtensor_entry', 'unwrap_module',
+           'leaves', 'fingerprint', 'rng_states', 'sampler_positions', 'evaluate', 'ranks_text', 'CompareRow',
+           'compare_row', 'Comparison', 'compare_fingerprints', 'comparison_text', 'comparison_html', 'leaf_values',
+           'rank_values', 'fill_diffs', 'compare_objects', 'compare']
 
 # %% ../nbs/00e_compare.ipynb #f8717c94
 _CHUNK = 1 << 26  # bytes hashed at a time: a GPU tensor is copied to the CPU this much at a time
@@ -77,6 +77,11 @@ def _error(o, msg:str) -> dict:
     "An entry saying why `o` could not be looked at"
     return dict(kind='error', type=type(o).__name__, shape=None, dtype=None, hash=None, error=_short(msg))
 
+def is_dtensor(o) -> bool:
+    "Whether `o` is a DTensor: a tensor spread over a device mesh (FSDP2, tensor parallel; `dtensor_entry` below)"
+    torch = _torch()
+    return torch is not None and isinstance(o, torch.Tensor) and hasattr(o, 'placements') and hasattr(o, 'to_local')
+
 def leaf_entry(o, # a leaf: tensor, array, number, string, None or any other object
               ) -> dict: # small and picklable: kind, type, shape, dtype, hash, numbers for humans
     "The fingerprint of one leaf; an object that cannot be hashed gets an entry that says so"
@@ -92,6 +97,7 @@ def leaf_entry(o, # a leaf: tensor, array, number, string, None or any other obj
     if isinstance(o, NumberList):
         return {**e, 'kind': 'numbers', 'type': 'list', 'shape': (len(o),), 'hash': _h(repr(list(o)).encode()),
                 'numel': len(o), 'sum': sum(o), 'min': min(o), 'max': max(o)}
+    if is_dtensor(o): return dtensor_entry(o)
     if torch is not None and isinstance(o, torch.Tensor):
         return {**e, 'kind': 'tensor', 'shape': tuple(o.shape), 'dtype': str(o.dtype).replace('torch.', ''), 'device': str(o.device),
                 'hash': tensor_digest(o), **_stats(o)}
@@ -104,6 +110,15 @@ def leaf_entry(o, # a leaf: tensor, array, number, string, None or any other obj
                 'error': f"cannot pickle {type(o).__name__} ({type(ex).__name__}: {_short(str(ex))}): its value is not compared"}
     r = repr(o)
     return {**e, 'hash': _h(b), 'value': _short(r) if ' at 0x' not in r else None}
+
+# %% ../nbs/00e_compare.ipynb #c217a3e2
+def dtensor_entry(t) -> dict:
+    "A DTensor's entry: replicated, compared by value; sharded, by layout (each rank holds its own part), with this rank's part's digest"
+    local = t.to_local()
+    e = {**leaf_entry(local), 'type': 'DTensor', 'shape': tuple(t.shape), 'placements': tuple(repr(p) for p in t.placements)}
+    if all(p.is_replicate() for p in t.placements): return e
+    return {**e, 'kind': 'shard', 'local_shape': tuple(local.shape), 'local_hash': e['hash'],
+            'hash': _h(repr((e['placements'], tuple(t.device_mesh.shape))).encode())}
 
 # %% ../nbs/00e_compare.ipynb #29a06a70
 _WRAPPERS = ('DistributedDataParallel', 'DataParallel', 'OptimizedModule')
@@ -254,6 +269,7 @@ def _describe(e:dict) -> str:
     "One entry, briefly: 'tensor float32 (4, 8)', 'float 0.1', 'missing'"
     if e['kind'] in ('missing', 'error', 'unknown'): return e.get('error') or e['kind']
     if e['kind'] == 'empty': return f"empty {e['type']}"
+    if e['kind'] == 'shard': return f"DTensor {e['dtype']} {tuple(e['shape'])} {', '.join(e['placements'])}: each rank holds its own part (layout compared)"
     if e['kind'] in ('tensor', 'array', 'numbers'): return ' '.join(str(s) for s in (e['kind'], e['dtype'], tuple(e['shape'])) if s)
     v = e.get('value')
     return f"{e['type']} {v!r}" if v is not None or e['kind'] == 'none' else e['type']
@@ -307,7 +323,7 @@ def _what(groups:list, entries:dict) -> str:
     if len(groups) == 1: return 'unknown' if 'unknown' in kinds else ''
     for k in ('kind', 'type', 'shape', 'dtype'):
         if len({repr(e[k]) for e in es}) > 1: return 'type' if k == 'kind' else k
-    return 'unknown' if 'unknown' in kinds else 'values'
+    return 'unknown' if 'unknown' in kinds else 'layout' if kinds == {'shard'} else 'values'
 
 def compare_row(path:str, # the entry's path
                 entries:dict, # rank -> entry (`_MISSING` where a rank has none)
@@ -362,9 +378,11 @@ _HEADS = ['entry', 'differs in', 'ranks', 'max |diff|', 'what they hold']
 def _title(c:Comparison) -> str:
     "One line: in sync, or how many entries differ and the first"
     on, n, head = ranks_text(c.ranks), len(c.rows), f"{c.expr}: " if c.expr else ''
-    if c.in_sync: return f"{head}in sync: {n} entr{'y agrees' if n == 1 else 'ies agree'} on {on}"
+    k = sum(r.entries[r.groups[0][0]]['kind'] == 'shard' for r in c.rows)
+    shards = f" ({k:,} sharded: layout compared, each rank holds its own part)" if k else ''
+    if c.in_sync: return f"{head}in sync: {n} entr{'y agrees' if n == 1 else 'ies agree'} on {on}{shards}"
     d = c.differing
-    return f"{head}NOT in sync: {len(d)} of {n} entr{'y differs' if n == 1 else 'ies differ'} on {on}; first: {d[0].path or '(the value)'}, {d[0].ranks}"
+    return f"{head}NOT in sync: {len(d)} of {n} entr{'y differs' if n == 1 else 'ies differ'} on {on}; first: {d[0].path or '(the value)'}, {d[0].ranks}{shards}"
 
 def _cells(r:CompareRow) -> list: return [r.path or '(the value)', r.what or 'agree', r.ranks, r.diff_text, r.detail]
 
@@ -416,6 +434,7 @@ def _my_rank() -> int:
 def _flat(o):
     "A leaf's values as a flat tensor (on its device)"
     torch, np = _torch(), sys.modules.get('numpy')
+    if is_dtensor(o): o = o.to_local()  # replicated (a sharded one is compared by layout)
     if isinstance(o, torch.Tensor): return o.detach().resolve_conj().resolve_neg().reshape(-1)
     if isinstance(o, NumberList): return torch.tensor(list(o), dtype=torch.float64)
     a = np.ascontiguousarray(o).reshape(-1)
