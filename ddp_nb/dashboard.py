@@ -211,7 +211,7 @@ class RankState:
         self.flags = deque(maxlen=20)
         self.active, self.first_step, self.last_t, self.was_active, self.gap = 0., None, None, False, False  # active time of the run
         self.replaced, self.fresh = None, False  # the pid of the engine this one replaced; True until the new engine reports a point
-        self.received = 0  # points received from this engine
+        self.received, self.every = 0, 0.1  # points received from this engine; seconds between its batches
 
 def _replacement(old:RankState) -> RankState:
     "The state of a new engine in `old`'s rank (cl.restart): none of the old numbers; its first point starts a new run"
@@ -271,7 +271,7 @@ def _fold(self:Collector, msg:dict, now:float|None=None):
     if rs is None: rs = self.ranks[r] = RankState(r)
     if rs.pid is not None and msg['pid'] != rs.pid: rs = self.ranks[r] = _replacement(rs)  # cl.restart gave the rank a new engine
     rs.pid, rs.host, rs.seen, rs.busy = msg['pid'], msg['host'], now or time.time(), msg['busy']
-    rs.stop_eta = msg.get('stop_eta')  # inside a cooperative stop region: how long a stop would take
+    rs.stop_eta, rs.every = msg.get('stop_eta'), msg.get('every', 0.1)  # inside a cooperative stop region: how long a stop would take
     load, flags = msg.get('load'), msg.get('flags')
     if load is not None: rs.load = load
     rs.error = msg.get('error')
@@ -453,7 +453,7 @@ def rank_status(s:RankState|None, # what the reports said, None if the rank neve
                 stopped:bool=False, # the cluster was stopped (`cl.stop()`)
                 alive:dict|None=None, # pid -> alive, shared by the calls of one frame: each local pid is checked once
                ) -> str:
-    "running, idle, error, dead, silent (no heartbeat for 3 s), waiting (no report yet), replaced (a new engine, idle, no report yet) or stopped"
+    "running, idle, error, dead, silent (no heartbeat for 3 s or 3 batch intervals), waiting (no report yet), replaced (a new engine, idle, no report yet) or stopped"
     if stopped: return 'stopped'
     if task == 'dead': return 'dead'
     if s is not None and s.host == local_host and s.pid:
@@ -461,7 +461,7 @@ def rank_status(s:RankState|None, # what the reports said, None if the rank neve
         if s.pid not in alive: alive[s.pid] = pid_alive(s.pid)
         if not alive[s.pid]: return 'dead'
     if task == 'error' or (s is not None and s.error): return 'error'
-    if s is not None and now - s.seen > 3: return 'silent'
+    if s is not None and now - s.seen > max(3., 3 * s.every): return 'silent'  # 2,000 ranks send a batch every 2 s
     if task == 'running' or (s is not None and s.busy): return 'running'
     if s is not None and s.fresh: return 'replaced'
     return 'idle' if s is not None or task == 'idle' else 'waiting'

@@ -185,9 +185,11 @@ def _batch(self:Reporter) -> tuple:
             vals[k], bad = to_number(v)
             if bad: flags.append((step, k, bad))
         s, bad = to_number(step)
-        pts.append((t, int(s) if bad is None else -1, vals))
+        s = int(s) if bad is None else -1
+        if pts and pts[-1][1] == s: pts[-1][2].update(vals)  # the same step again (fit's loss, then its timer's breakdown): one point
+        else: pts.append((t, s, vals))
     now = time.time()
-    head = dict(rank=self.rank, pid=self.pid, host=self.host, t=now, flags=flags,
+    head = dict(rank=self.rank, pid=self.pid, host=self.host, t=now, every=self.interval, flags=flags,
                 busy=now - self.last_report < 2.0, cell=self.in_cell, dropped=self.dropped, error=self.error, stop_eta=ctx.stop_eta())
     if now - self.last_load >= self.load_interval:
         head['load'], self.last_load = self.load(), now
