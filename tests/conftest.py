@@ -1,10 +1,11 @@
-import os, shlex, signal, subprocess, sys, tempfile
+import atexit, os, shlex, shutil, signal, subprocess, sys, tempfile
 from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 if 'IPYTHONDIR' not in os.environ or not os.environ['IPYTHONDIR'].startswith(tempfile.gettempdir()):
     os.environ['IPYTHONDIR'] = tempfile.mkdtemp(prefix='ddp_nb-pytest-ipython-')  # never the user's profile
+    atexit.register(shutil.rmtree, os.environ['IPYTHONDIR'], True)  # removed when pytest ends
 
 
 def pytest_configure(config):

@@ -1,5 +1,5 @@
 "The benchmarks run end to end in their reduced mode (numbers are not checked here: `python -m benchmarks` measures them)"
-import sys
+import os, sys
 from conftest import ROOT, run, shown
 
 
@@ -14,3 +14,14 @@ def test_benchmarks_run(tmp_path, no_leftovers):
         assert f'### {section}' in text, section
     assert 'failed' not in text.split('### 2.')[0], text + shown(r)   # ddp_nb and torchrun must both run
     assert '| yes |' in text, text + shown(r)   # bit-identical to torchrun, even in the short run
+
+
+def test_benchmarks_leave_no_ipython_dir(tmp_path):
+    "Importing the benchmarks makes a private IPython profile only when none is set, and removes it at exit"
+    env = {k: v for k, v in os.environ.items() if k != 'IPYTHONDIR'} | dict(TMPDIR=str(tmp_path))
+    code = "import os, benchmarks; print(os.environ['IPYTHONDIR']); assert os.path.isdir(os.environ['IPYTHONDIR'])"
+    r = run([sys.executable, '-c', code], cwd=ROOT, env=env)
+    assert r.stdout.strip().startswith(str(tmp_path / 'ddp_nb-bench-ipython-')), shown(r)
+    r = run([sys.executable, '-c', code], cwd=ROOT, env=env | dict(IPYTHONDIR=str(tmp_path)))   # set: used as it is
+    assert r.stdout.strip() == str(tmp_path), shown(r)
+    assert list(tmp_path.iterdir()) == [], list(tmp_path.iterdir())   # nothing left behind
