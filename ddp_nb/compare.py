@@ -269,7 +269,10 @@ def _describe(e:dict) -> str:
     "One entry, briefly: 'tensor float32 (4, 8)', 'float 0.1', 'missing'"
     if e['kind'] in ('missing', 'error', 'unknown'): return e.get('error') or e['kind']
     if e['kind'] == 'empty': return f"empty {e['type']}"
-    if e['kind'] == 'shard': return f"DTensor {e['dtype']} {tuple(e['shape'])} {', '.join(e['placements'])}: each rank holds its own part (layout compared)"
+    if e['kind'] == 'shard':
+        same = any(p.startswith('Replicate') for p in e['placements'])  # HSDP: ranks holding copies of one part are not compared either
+        return (f"DTensor {e['dtype']} {tuple(e['shape'])} {', '.join(e['placements'])}: each rank holds a part (layout compared"
+                + ("; copies of a part not compared)" if same else ")"))
     if e['kind'] in ('tensor', 'array', 'numbers'): return ' '.join(str(s) for s in (e['kind'], e['dtype'], tuple(e['shape'])) if s)
     v = e.get('value')
     return f"{e['type']} {v!r}" if v is not None or e['kind'] == 'none' else e['type']

@@ -390,7 +390,7 @@ def _drain(self:Collector, zmq, most:int=1000):
     with self.lock:
         for m in raw:
             try: self._fold(decode(m), now)
-            except Exception as e: self._complain(f"ddp_nb collector: dropped a batch: {e}")
+            except Exception as e: self._complain(f"ddp_nb collector: dropped a batch: {type(e).__name__}: {e}")
 
 @patch
 def _complain(self:Collector, what:str):

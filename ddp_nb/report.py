@@ -136,7 +136,7 @@ def decode(msg:bytes, # a batch, as `encode` made it
     n = head['n']
     head['steps'], head['ts'] = column('q', n), column('d', n)
     head['cols'] = {k: (column('d', n), None) if some is None else (column('d', some), column('q', some)) for k, some in head['cols']}
-    if at != len(body): raise ValueError(f"a report batch from rank {head.get('rank')} has {len(body)} bytes of columns, its header describes {at}")
+    if at != len(body): raise ValueError(f"a report batch has {len(body)} bytes of columns, its header describes {at}")
     return head
 
 # %% ../nbs/01a_report.ipynb #fb2fc6ab
@@ -180,12 +180,14 @@ def _batch(self:Reporter) -> tuple:
     pts, flags = [], []
     while self.buf:
         t, step, metrics = self.buf.popleft()
+        s, bad = to_number(step)
+        if bad is None and not -2**63 <= s < 2**63: bad = f"{s:g}, beyond 64 bits"
+        if bad: flags.append((-1, 'step', bad)); s = -1  # shown as step -1, and said
+        else: s = int(s)
         vals = {}
         for k, v in metrics.items():
             vals[k], bad = to_number(v)
-            if bad: flags.append((step, k, bad))
-        s, bad = to_number(step)
-        s = int(s) if bad is None else -1
+            if bad: flags.append((s, k, bad))
         if pts and pts[-1][1] == s: pts[-1][2].update(vals)  # the same step again (fit's loss, then its timer's breakdown): one point
         else: pts.append((t, s, vals))
     now = time.time()

@@ -281,23 +281,28 @@ def stopped_ranks(rs:RankSet, ranks:list) -> list:
     return [r for r in ranks if rs.is_local(r) and proc_status(rs.plan[r]['pid']) == psutil.STATUS_STOPPED]
 
 @patch
+def _reports(self:Supervisor, running:list) -> dict:
+    "rank -> (times of its 9 newest reports, seconds between its batches), of the `running` ranks that reported; read under the collector's lock"
+    col, out = self.progress(), {}
+    if col is None: return out
+    with col.lock:  # its thread changes them as batches arrive
+        for r in running:
+            rs = col.ranks.get(r)
+            if rs is not None: out[r] = ([t for t, _ in rs.rate][-9:], rs.every)
+    return out
+
+@patch
 def _report_interval(self:Supervisor, running:list) -> float|None:
     "Median seconds between the latest reports of the `running` ranks (None without enough reports)"
-    col, gaps = self.progress(), []
-    for r in running:
-        rs = col.ranks.get(r) if col is not None else None
-        ts = [t for t, _ in list(rs.rate)[-9:]] if rs is not None else []
-        gaps += [b - a for a, b in zip(ts, ts[1:])]
+    gaps = [b - a for ts, _ in self._reports(running).values() for a, b in zip(ts, ts[1:])]
     return sorted(gaps)[len(gaps) // 2] if len(gaps) >= 2 else None
 
 @patch
 def _stalled(self:Supervisor, running:list, t0:float) -> float:
     "Seconds since the latest progress of any of the `running` ranks (a report, or the cell's start)"
-    col = self.progress()
     last = time.time() - (time.monotonic() - t0)
-    for r in running:
-        rs = col.ranks.get(r) if col is not None else None
-        if rs is not None and rs.rate: last = max(last, rs.rate[-1][0])
+    for ts, _ in self._reports(running).values():
+        if ts: last = max(last, ts[-1])
     return time.time() - last
 
 @patch
@@ -308,7 +313,8 @@ def _hanging(self:Supervisor, w:Watch, running:list, states:dict) -> bool:
     if stopped and time.monotonic() - w.t_stop > self.limits.grace: return True
     finished = any(s in ('ok', 'stopped') for s, _ in states.values())
     limit = self.limits.hang_after if self.limits.hang_after != 'auto' else hang_limit(self._report_interval(running), finished, self.timeout)
-    return self._stalled(running, w.t0) > limit
+    lag = 3 * max((every for _, every in self._reports(running).values()), default=0.)  # reports arrive a batch interval late (many ranks: seconds)
+    return self._stalled(running, w.t0) > max(limit, lag)
 
 @patch
 def hang_report(self:Supervisor, running:list, waited:float, finished:list=()):
