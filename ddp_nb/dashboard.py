@@ -118,23 +118,23 @@ class Band:
         while len(self.at) > self.cap + self.tail: self.stride *= 2; self.at = keep()
     def mean(self, step:int) -> tuple:
         "(ranks, mean, standard deviation) at `step`, or (0, nan, nan)"
-        if self.pending[0]: self._fold()
+        self._fold()
         a = self.at.get(step)
         if a is None: return 0, math.nan, math.nan
         m = a[1] / a[0]
         return a[0], m, math.sqrt(max(0., a[2] / a[0] - m * m))
     def ranks(self) -> int:
         "The most ranks any step has"
-        if self.pending[0]: self._fold()
+        self._fold()
         return max((a[0] for a in self.at.values()), default=0)
     def lines(self, quorum:int=1) -> tuple:
         "(steps, mean, min, max) at the steps at least `quorum` ranks reported (the newest steps wait for the slower ranks)"
-        if self.pending[0]: self._fold()
+        self._fold()
         ss = sorted(s for s, a in self.at.items() if a[0] >= quorum)
         return ss, [self.at[s][1] / self.at[s][0] for s in ss], [self.at[s][3] for s in ss], [self.at[s][4] for s in ss]
     def copy(self) -> Band:
         "A copy the collector thread will not change"
-        if self.pending[0]: self._fold()
+        self._fold()
         c = copy.copy(self); c.at, c.pending = {s: list(a) for s, a in self.at.items()}, (array('q'), array('d'))
         return c
 

@@ -17,7 +17,7 @@ from .ranks import RankSet
 # %% auto #0
 __all__ = ['FEW', 'proc_status', 'where', 'stack_frames', 'group_stacks', 'group_header', 'grouped_stacks', 'show_stacks',
            'RankFailure', 'Interrupted', 'cell_label', 'Watch', 'Limits', 'Supervisor', 'hang_limit', 'desync_states',
-           'stopped_ranks', 'issued_counts', 'rank_lines']
+           'stopped_ranks', 'report_interval', 'stalled', 'issued_counts', 'rank_lines']
 
 # %% ../nbs/02c_supervise.ipynb #dd12faf1
 def _short_stack(text:str, # faulthandler output for one process
@@ -291,17 +291,18 @@ def _reports(self:Supervisor, running:list) -> dict:
             if rs is not None: out[r] = ([t for t, _ in rs.rate][-9:], rs.every)
     return out
 
-@patch
-def _report_interval(self:Supervisor, running:list) -> float|None:
-    "Median seconds between the latest reports of the `running` ranks (None without enough reports)"
-    gaps = [b - a for ts, _ in self._reports(running).values() for a, b in zip(ts, ts[1:])]
+def report_interval(reports:dict, # from `Supervisor._reports`
+                   ) -> float|None:
+    "Median seconds between the ranks' latest reports (None without enough reports)"
+    gaps = [b - a for ts, _ in reports.values() for a, b in zip(ts, ts[1:])]
     return sorted(gaps)[len(gaps) // 2] if len(gaps) >= 2 else None
 
-@patch
-def _stalled(self:Supervisor, running:list, t0:float) -> float:
-    "Seconds since the latest progress of any of the `running` ranks (a report, or the cell's start)"
+def stalled(reports:dict, # from `Supervisor._reports`
+            t0:float, # time.monotonic() when the cell started
+           ) -> float:
+    "Seconds since the latest progress of any of the ranks (a report, or the cell's start)"
     last = time.time() - (time.monotonic() - t0)
-    for ts, _ in self._reports(running).values():
+    for ts, _ in reports.values():
         if ts: last = max(last, ts[-1])
     return time.time() - last
 
@@ -312,9 +313,10 @@ def _hanging(self:Supervisor, w:Watch, running:list, states:dict) -> bool:
     w.t_stop = (w.t_stop or time.monotonic()) if stopped else None
     if stopped and time.monotonic() - w.t_stop > self.limits.grace: return True
     finished = any(s in ('ok', 'stopped') for s, _ in states.values())
-    limit = self.limits.hang_after if self.limits.hang_after != 'auto' else hang_limit(self._report_interval(running), finished, self.timeout)
-    lag = 3 * max((every for _, every in self._reports(running).values()), default=0.)  # reports arrive a batch interval late (many ranks: seconds)
-    return self._stalled(running, w.t0) > max(limit, lag)
+    reps = self._reports(running)
+    limit = self.limits.hang_after if self.limits.hang_after != 'auto' else hang_limit(report_interval(reps), finished, self.timeout)
+    lag = 3 * max((every for _, every in reps.values()), default=0.)  # reports arrive a batch interval late (many ranks: seconds)
+    return stalled(reps, w.t0) > max(limit, lag)
 
 @patch
 def hang_report(self:Supervisor, running:list, waited:float, finished:list=()):
