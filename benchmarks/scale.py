@@ -8,13 +8,14 @@ The simulators run in 1-4 separate processes; the kernel side (Collector, and a 
 the collector's thread, as in a notebook) runs in this process, whose CPU time is what we report.
 
     python -m benchmarks.scale [--repeats 3] [--seconds 5]
-    python -m benchmarks.scale --sim ADDR FIRST COUNT RATE SECONDS START INTERVAL   (one simulator process; prints JSON)"""
-import argparse, gc, json, math, os, subprocess, sys, time
+    python -m benchmarks.scale --sim ADDR FIRST COUNT RATE SECONDS START INTERVAL   (one simulator process; prints JSON;
+                                                                                      the signing key in $DDP_NB_SIM_KEY, hex)"""
+import argparse, gc, json, math, os, secrets, subprocess, sys, time
 from collections import deque
 from benchmarks.common import med, table, ROOT
 
 
-def _simulate(addr: str, first: int, count: int, rate: float, seconds: float, start: float, interval: float = 0.1) -> dict:
+def _simulate(addr: str, key: bytes, first: int, count: int, rate: float, seconds: float, start: float, interval: float = 0.1) -> dict:
     "Ranks first..first+count-1 report `loss` every step at `rate` steps/s for `seconds` from `start`; {rank: points sent}, dropped"
     import zmq
     from ddp_nb.host import host_identity
@@ -30,7 +31,8 @@ def _simulate(addr: str, first: int, count: int, rate: float, seconds: float, st
     class SimReporter(Reporter):
         "The real Reporter for one simulated rank, on a socket this process's ranks share (no thread of its own)"
         def __init__(self, sock, rank, load):
-            self.sock, self.rank, self.interval, self.load_interval = sock, rank, interval, 1.0
+            self.sock, self.key, self.rank, self.interval, self.load_interval = sock, key, rank, interval, 1.0
+            self.sid, self.seq = secrets.token_hex(8), 0
             self.buf, self.auto_step, self.dropped = deque(), -1, 0
             self.pid, self.host = os.getpid(), host_identity()
             self.load, self.last_load, self.last_report, self.error, self.in_cell = load, 0., 0., None, True
@@ -82,7 +84,8 @@ def measure(n: int, rate: float, seconds: float, interval: float = 0.1) -> dict:
     start = time.time() + 2.0 + 0.5 * procs  # the simulators import ddp_nb first
     per = -(-n // procs)
     sims = [subprocess.Popen([sys.executable, '-m', 'benchmarks.scale', '--sim', col.addr, str(i * per), str(min(per, n - i * per)),
-                              str(rate), str(seconds), repr(start), str(interval)], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+                              str(rate), str(seconds), repr(start), str(interval)], cwd=ROOT, stdout=subprocess.PIPE, text=True,
+                             env=dict(os.environ, DDP_NB_SIM_KEY=col.key.hex()))  # the environment: not readable by other users
             for i in range(procs)]
     time.sleep(max(0., start - time.time()))
     c0, tc0, t0 = _cpu(), _thread_cpu(col._thread.native_id), time.monotonic()
@@ -110,14 +113,15 @@ def measure(n: int, rate: float, seconds: float, interval: float = 0.1) -> dict:
 def costs(n: int = 1024, per: int = 10, rounds: int = 5, repeats: int = 3) -> dict:
     "Where the collector's time goes, in this process: decoding a batch, folding it per point (`n` ranks, `per` points a batch; best of `repeats`)"
     from ddp_nb.dashboard import Collector
-    from ddp_nb.report import encode, decode
+    from ddp_nb.report import encode, decode, sign
     batches = [encode(dict(rank=r, pid=1, host='h', t=1000 + k * 0.1, flags=[], busy=True, cell=True, dropped=0, error=None, stop_eta=None),
                       [(1000 + k * 0.1 + i * 1e-3, k * per + i, {'loss': 1 / (k * per + i + 1)}) for i in range(per)])
                for k in range(rounds) for r in range(n)]
     dec, fold = [], []
     for _ in range(repeats):
         col = Collector()
-        a = time.process_time(); ms = [decode(m) for m in batches]; b = time.process_time()
+        signed = [sign(col.key, m) for m in batches]
+        a = time.process_time(); ms = [col._open(m) for m in signed]; b = time.process_time()  # checked, as the socket's messages are
         with col.lock:
             for m in ms: col._fold(m)
             for band in col.history.bands.values(): band.ranks()  # the band's points are folded in when read
@@ -155,8 +159,8 @@ def run(repeats: int = 3, seconds: float = 5., ns=(8, 64, 256, 1024), rates=(10,
             f"RSS: growth of the kernel process over the run; per point: that over the points ingested. Median of {repeats}. "
             "Goal at 1,024 ranks: ≤ 10% of one core in the kernel, nothing lost. The last rows send batches more often than a "
             "cluster does, to show what a batch costs.\n\n"
-            f"Where the kernel's time goes (1,024 ranks, in-process, CPU time): decoding a batch of 1 point ({c1['bytes']:.0f} bytes) "
-            f"costs {c1['decode_us']:.1f} µs and folding it into rank state, history and band {c1['fold_us']:.1f} µs; a batch of 50 "
+            f"Where the kernel's time goes (1,024 ranks, in-process, CPU time): checking a batch of 1 point ({c1['bytes']:.0f} bytes: "
+            f"its signature, then its header field by field) and decoding it costs {c1['decode_us']:.1f} µs and folding it into rank state, history and band {c1['fold_us']:.1f} µs; a batch of 50 "
             f"points ({c50['bytes']:.0f} bytes) {c50['decode_us']:.1f} µs and {50 * c50['fold_us']:.1f} µs ({c50['fold_us']:.2f} µs a point). "
             "A batch is copied into arrays, never visited a point at a time, except for the band across ranks, whose points wait in "
             "two arrays and are folded in with one numpy group-by when a frame reads them. So kernel CPU grows with batches "
@@ -172,7 +176,7 @@ def run(repeats: int = 3, seconds: float = 5., ns=(8, 64, 256, 1024), rates=(10,
 if __name__ == '__main__':
     if len(sys.argv) > 1 and sys.argv[1] == '--sim':
         a = sys.argv[2:]
-        print(json.dumps(_simulate(a[0], int(a[1]), int(a[2]), float(a[3]), float(a[4]), float(a[5]), float(a[6]))))
+        print(json.dumps(_simulate(a[0], bytes.fromhex(os.environ['DDP_NB_SIM_KEY']), int(a[1]), int(a[2]), float(a[3]), float(a[4]), float(a[5]), float(a[6]))))
         sys.exit()
     ap = argparse.ArgumentParser()
     ap.add_argument('--repeats', type=int, default=3)

@@ -60,7 +60,7 @@ def inprocess(width: int = 256, blocks: int = 40, steps: int = 50) -> dict:
     torch.set_num_threads(1)
     dist.init_process_group('gloo', store=dist.HashStore(), rank=0, world_size=1)
     ctx = zmq.Context(); pull = ctx.socket(zmq.PULL); port = pull.bind_to_random_port('tcp://127.0.0.1')
-    connect(f'tcp://127.0.0.1:{port}', rank=0, device=torch.device('cpu'))  # sends for real; nobody reads (high-water mark 10000 batches)
+    connect(f'tcp://127.0.0.1:{port}', b'nonce', rank=0, device=torch.device('cpu'), secret=b'secret')  # sends for real; nobody reads (high-water mark 10000 batches)
     def build():
         torch.manual_seed(0)
         m = DDP(nn.Sequential(nn.Linear(width, width), nn.ReLU(), nn.Linear(width, width), nn.ReLU(), nn.Linear(width, 10)))

@@ -24,6 +24,7 @@ from .postmortem import PostMortem, console_file
 from .collectives import collectives_file, collectives_table, read_records, set_debug, warm_up_soon
 from .collectives import records as recent_collectives
 from .dashboard import Collector, Dashboard
+from .compat_ipp import session_key
 
 # %% auto #0
 __all__ = ['DDPCluster']
@@ -474,7 +475,7 @@ class DDPCluster:
             self._ranks = RankSet(self._rc)
             self._sup = Supervisor(self._ranks, self.cluster_id, self.timeout, progress=lambda: self._collector, death=self._death, limits=self)
             self._form_group()
-            self._collector = Collector(collector_host(self._ranks, self.ifname))
+            self._collector = Collector(collector_host(self._ranks, self.ifname), session_key(self._rc), world=self.world_size)
             self._connect_reporters()
             self._warm_records()
             activate(self, self._view, self._sup, self.interrupt)
@@ -501,7 +502,7 @@ class DDPCluster:
 
     def _connect_reporters(self, ranks:list|None=None):
         "Connect the reporters of `ranks` (None: all) to the kernel's collector"
-        self._ranks.call(connect_reporter, self._collector.addr, ranks=ranks, interval=batch_interval(self.world_size), what='Connecting the ranks to the dashboard', timeout=self.timeout)
+        self._ranks.call(connect_reporter, self._collector.addr, self._collector.nonce, ranks=ranks, interval=batch_interval(self.world_size), what='Connecting the ranks to the dashboard', timeout=self.timeout)
 
     def _death(self, r:int) -> str:
         "How the engine of rank `r` ended, in words: its exit status when it ran on this host"

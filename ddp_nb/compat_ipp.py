@@ -11,7 +11,8 @@ from importlib.metadata import version, PackageNotFoundError
 __all__ = ['tested_versions', 'min_versions', 'CompatError', 'installed', 'outside_tested', 'missing', 'check_versions',
            'engine_uuids', 'pending_tasks', 'controller_url', 'noninteractive', 'task_futures', 'has_task_futures',
            'task_output', 'task_name', 'supervised_view', 'engine_launchers', 'launcher_process',
-           'replace_launcher_process', 'engine_registration_url', 'on_uncaught_error', 'bind_engine_kernel']
+           'replace_launcher_process', 'engine_registration_url', 'on_uncaught_error', 'session_key',
+           'bind_engine_kernel']
 
 # %% ../nbs/00b_compat_ipp.ipynb #72e936ea
 tested_versions = dict(ipyparallel='9.2', IPython='9.18')  # major.minor the tests of this module ran against
@@ -160,6 +161,16 @@ def on_uncaught_error(shell, # an IPython InteractiveShell
         fn()
         return orig(*args, **kwargs)
     shell.showtraceback = showtraceback
+
+# %% ../nbs/00b_compat_ipp.ipynb #cb02709c
+def session_key(rc=None, # an ipyparallel Client; None: this engine's kernel session
+               ) -> bytes: # b'' outside an engine, or where the cluster runs without a key
+    "The cluster's secret: the key that signs every ipyparallel message, from the client's or this engine's session (tested with ipyparallel 9.2)"
+    if rc is not None: return bytes(rc.session.key)
+    try:
+        from IPython import get_ipython
+        return bytes(get_ipython().kernel.session.key)
+    except Exception: return b''
 
 # %% ../nbs/00b_compat_ipp.ipynb #91e2fe39
 def bind_engine_kernel() -> str: # the kernel's connection file, for `jupyter console --existing`

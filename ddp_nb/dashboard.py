@@ -4,7 +4,7 @@
 
 # %% ../nbs/02f_dashboard.ipynb #49f8de92
 from __future__ import annotations
-import base64, copy, csv, html, io, math, os, sys, threading, time
+import base64, copy, csv, html, io, math, os, secrets, sys, threading, time
 from array import array
 from bisect import bisect_left
 from collections import deque
@@ -12,7 +12,7 @@ from fastcore.basics import patch
 from .core import PROGRESS_KEYS
 from .timing import straggler_verdict
 from .host import host_identity, pid_alive
-from .report import decode
+from .report import MAX_BATCH, decode, report_key, unsign
 
 # %% auto #0
 __all__ = ['IDLE_GAP', 'STATUS_COLORS', 'Tail', 'Series', 'Band', 'History', 'RankState', 'Snapshot', 'Collector', 'deviation',
@@ -231,9 +231,10 @@ class Snapshot:
                  bands:dict|None=None, # {metric: Band} of the run, for the view of many ranks
                  outliers:dict|None=None, # {metric: [(rank, deviation)]}, most deviating first: the only series copied then
                  deviation:dict|None=None, # {rank: its largest deviation over the metrics}
+                 dropped:dict|None=None, # {why: count} of messages the collector refused: foreign, invalid, replayed
                 ):
         self.t, self.version, self.newest, self.ranks, self.run, self.series, self.stopped = t, version, newest, ranks, run, series, stopped
-        self.bands, self.outliers, self.deviation = bands or {}, outliers or {}, deviation or {}
+        self.bands, self.outliers, self.deviation, self.dropped = bands or {}, outliers or {}, deviation or {}, dropped or {}
     def current(self) -> list:
         "States of the ranks that reported a step in the current run, by rank"
         return [s for _, s in sorted(self.ranks.items()) if s.run == self.run and s.step is not None]
@@ -242,14 +243,21 @@ class Collector:
     "Receives the engines' report batches in a daemon thread, keeps the history and tells listeners"
     def __init__(self,
                  host:str='127.0.0.1', # address the PULL socket binds to; engines connect there
+                 secret:bytes|None=None, # the cluster's secret (`compat_ipp.session_key`); None: a random one (tests, one process)
+                 world:int|None=None, # ranks of the cluster: a batch from any other rank is refused
                  cap:int=2048, # points kept per series
                  tick:float=0.05, # seconds between listener calls
                 ):
         import zmq
+        self.nonce, self.world = secrets.token_bytes(16), world
+        self.key = report_key(secret or secrets.token_bytes(32), self.nonce)  # batches count only when signed with it
         self.ctx = zmq.Context()
         self.sock = self.ctx.socket(zmq.PULL)
         self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.setsockopt(zmq.MAXMSGSIZE, MAX_BATCH + 32)  # a bigger frame closes its connection unread
+        self.sock.setsockopt(zmq.RCVHWM, 64)  # per sender: at most 64 MB waiting
         self.addr = f"tcp://{host}:{self.sock.bind_to_random_port(f'tcp://{host}')}"
+        self.dropped, self.seqs = dict(foreign=0, invalid=0, replayed=0), {}  # refused messages; the newest batch number of each reporter
         self.history, self.ranks, self.listeners, self.tick = History(cap), {}, [], tick
         self.finals = []  # called once by close(), after the thread ended: the dashboards' last frames
         self.version, self.received, self.newest_t, self.lock, self.errors, self.stopped = 0, 0, 0., threading.RLock(), set(), False
@@ -260,8 +268,39 @@ class Collector:
 # %% ../nbs/02f_dashboard.ipynb #7921cbe1
 @patch
 def _ingest(self:Collector, msg:bytes):
-    "Fold one batch from an engine (as `report.encode` made it) into the rank states and the history"
-    with self.lock: self._fold(decode(msg))
+    "Take one message as the socket delivers it: signed (`report.sign`), checked, then folded into the rank states and the history"
+    self._take([msg], time.time())
+
+@patch
+def _open(self:Collector, m:bytes) -> dict|None:
+    "The decoded batch in message `m` if it is signed with this collector's key, valid, from a rank of the world and not seen before; else None, counted"
+    body = unsign(self.key, m)
+    if body is None:
+        self.dropped['foreign'] += 1
+        self._complain(f"ddp_nb collector: ignoring messages not signed by this cluster's ranks (another process sent them to {self.addr}); "
+                       "they are counted, and the dashboard says so")
+        return None
+    try:
+        b = decode(body)
+        if self.world is not None and b['rank'] >= self.world: raise ValueError(f"rank {b['rank']}, not a rank of this cluster's {self.world}")
+    except ValueError as e:
+        self.dropped['invalid'] += 1; self._complain(f"ddp_nb collector: dropped a batch: {e}")
+        return None
+    sid = b.get('sid')
+    if sid is not None:
+        if b.get('seq', 0) <= self.seqs.get(sid, -1): self.dropped['replayed'] += 1; return None
+        self.seqs[sid] = b.get('seq', 0)
+    return b
+
+@patch
+def _take(self:Collector, raw:list, now:float):
+    "Open each message of `raw` and fold those that are accepted, under one lock"
+    with self.lock:
+        for m in raw:
+            b = self._open(m)
+            if b is None: continue
+            try: self._fold(b, now)
+            except Exception as e: self._complain(f"ddp_nb collector: dropped a batch: {type(e).__name__}: {e}")
 
 @patch
 def _fold(self:Collector, msg:dict, now:float|None=None):
@@ -340,9 +379,10 @@ def snapshot(self:Collector,
         ranks = {r: _copy_state(s) for r, s in self.ranks.items()}
         run = max((s.run for s in ranks.values() if s.step is not None), default=0)
         if not series or lines is None:
-            return Snapshot(time.time(), self.version, self.newest_t, ranks, run, self.history.of(run) if series else {}, self.stopped)
+            return Snapshot(time.time(), self.version, self.newest_t, ranks, run, self.history.of(run) if series else {}, self.stopped,
+                            dropped=dict(self.dropped))
         ser, bands, outliers, dev = self._summary(run, lines)
-        return Snapshot(time.time(), self.version, self.newest_t, ranks, run, ser, self.stopped, bands, outliers, dev)
+        return Snapshot(time.time(), self.version, self.newest_t, ranks, run, ser, self.stopped, bands, outliers, dev, dict(self.dropped))
 
 @patch
 def _summary(self:Collector, run:int, lines:int) -> tuple:
@@ -386,11 +426,7 @@ def _drain(self:Collector, zmq, most:int=1000):
     while len(raw) < most:
         try: raw.append(self.sock.recv(flags=zmq.NOBLOCK))
         except zmq.Again: break
-    now = time.time()
-    with self.lock:
-        for m in raw:
-            try: self._fold(decode(m), now)
-            except Exception as e: self._complain(f"ddp_nb collector: dropped a batch: {type(e).__name__}: {e}")
+    self._take(raw, time.time())
 
 @patch
 def _complain(self:Collector, what:str):
@@ -613,7 +649,8 @@ class Plot:
                 ax.set_yscale('log')
                 ax.yaxis.set_major_formatter(FuncFormatter(_plain)); ax.yaxis.set_minor_locator(NullLocator())
             ax.xaxis.set_major_locator(MaxNLocator(8, integer=True))
-            ax.set_xlabel('step', fontsize=10); ax.set_ylabel(n + (' (log scale)' if log else ''), fontsize=10)
+            ax.set_xlabel('step', fontsize=10)
+            ax.set_ylabel(n.replace('$', r'\$') + (' (log scale)' if log else ''), fontsize=10)  # a name is text, never mathtext
             ax.tick_params(labelsize=9); ax.grid(alpha=0.25)
         if 0 < len(handles) <= 9:
             self.fig.legend(handles=handles, loc='upper right', bbox_to_anchor=(0.985, 1.0), ncol=len(handles), fontsize=9,
@@ -786,11 +823,14 @@ def warning_lines(snap:Snapshot,
     gpu = [] if snap.stopped else [(s.rank, s.load['gpu_note']) for s in ranks if s.load.get('gpu_note')]
     fl = sorted(((s.rank,) + f for s in ranks for f in s.flags), key=lambda f: f[1])[-5:]
     errs = [(s.rank, s.error[1]) for s in ranks if s.error]
+    n = sum(snap.dropped.values())
+    refused = [f"ignored {n:,} message{'s' * (n != 1)} sent to the dashboard that {'were' if n != 1 else 'was'} not this cluster's "
+               f"({', '.join(f'{k} {v:,}' for k, v in snap.dropped.items() if v)}): another process reached its port"] if n else []
     if compact:
         by = lambda pairs: {m: [r for r, m2 in pairs if m2 == m] for m in dict.fromkeys(m for _, m in pairs)}
-        return ([f"GPU load unavailable on {_ranks_text(rs)}: {m}" for m, rs in by(gpu).items()] +
+        return refused + ([f"GPU load unavailable on {_ranks_text(rs)}: {m}" for m, rs in by(gpu).items()] +
                 [f"{_ranks_text(rs)} failed: {m}" for m, rs in by(errs).items()] + [f"rank {r} step {st}: {k} = {why}" for r, st, k, why in fl])
-    return ([f"GPU load unavailable on rank {r}: {m}" for r, m in gpu] + [f"rank {r} failed: {m}" for r, m in errs] +
+    return refused + ([f"GPU load unavailable on rank {r}: {m}" for r, m in gpu] + [f"rank {r} failed: {m}" for r, m in errs] +
             [f"rank {r} step {st}: {k} = {why}" for r, st, k, why in fl])
 
 @patch
@@ -841,7 +881,7 @@ def rank_table(snap:Snapshot, statuses:dict,
     total = sum(float(w[:-2]) for w in widths)
     cols = ''.join(f"<col style='width:{w}'>" for w in widths)
     th = "style='text-align:left;padding:2px 8px;border-bottom:1px solid #d0d7de'"
-    head = ''.join(f"<th {th}>{h}</th>" for h in ['rank', 'status', 'step'] + mets + ['load (own host)'])
+    head = ''.join(f"<th {th}>{html.escape(h)}</th>" for h in ['rank', 'status', 'step'] + mets + ['load (own host)'])  # metric names come from the ranks: escaped
     rows = []
     for r in (statuses if ranks is None else ranks):
         st, s = statuses[r], snap.ranks.get(r)
@@ -851,13 +891,13 @@ def rank_table(snap:Snapshot, statuses:dict,
         vals = [f"<td {td}>{'' if s is None or k not in s.latest else f'{s.latest[k]:.4g}'}</td>" for k in mets]
         live = st in ('running', 'idle', 'error', 'silent')
         load = _fmt_load(s.load) if s is not None and live else '—'
-        new = (f" <span title='a new engine (cl.restart) replaced pid {s.replaced}' style='color:{STATUS_COLORS['replaced']}'>new</span>"
+        new = (f" <span title='a new engine (cl.restart) replaced pid {int(s.replaced)}' style='color:{STATUS_COLORS['replaced']}'>new</span>"
                if s is not None and s.replaced else '')
         grey = '' if live or st in ('waiting', 'replaced') else ";color:#8c959f"
         rows.append(f"<tr class='ddp-nb-rank' data-rank='{r}' data-status='{st}' style='font-variant-numeric:tabular-nums{grey}'>"
                     f"<td {td}>{r}{new}</td><td {td} class='ddp-nb-status'><b style='color:{STATUS_COLORS[st]}'>{st}</b></td>"
                     f"<td {td} class='ddp-nb-step'" + (f" data-step='{s.step}'" if cur else '') + f">{step}</td>{''.join(vals)}"
-                    f"<td {td} class='ddp-nb-load'>{load}</td></tr>")
+                    f"<td {td} class='ddp-nb-load'>{html.escape(load)}</td></tr>")
     listed = set(statuses if ranks is None else ranks)
     rest = [r for r in statuses if r not in listed]
     if rest:

@@ -4,19 +4,23 @@
 
 # %% ../nbs/01a_report.ipynb #821048f9
 from __future__ import annotations
-import json, math, os, sys, threading, time
+import hashlib, hmac, json, math, os, secrets, sys, threading, time
 from array import array
 from collections import deque
 from fastcore.basics import patch
 from .host import host_identity
 from .context import ctx, rank_info
-from .compat_ipp import on_uncaught_error
+from .compat_ipp import on_uncaught_error, session_key
 
 # %% auto #0
-__all__ = ['WIRE', 'to_number', 'nvml_uuid', 'nvml_facts', 'nvml_problem', 'gpu_handle', 'gpu_memory', 'LoadSampler', 'encode',
-           'decode', 'Reporter', 'batch_interval', 'connect', 'disconnect', 'report']
+__all__ = ['MAX_TEXT', 'WIRE', 'MAX_BATCH', 'MAX_POINTS', 'MAX_METRICS', 'MAX_NAME', 'MAX_FLAGS', 'LOAD_KEYS', 'HEAD',
+           'to_number', 'clean_text', 'nvml_uuid', 'nvml_facts', 'nvml_problem', 'gpu_handle', 'gpu_memory',
+           'LoadSampler', 'encode', 'decode', 'report_key', 'sign', 'unsign', 'check_head', 'Reporter',
+           'batch_interval', 'connect', 'disconnect', 'report']
 
 # %% ../nbs/01a_report.ipynb #86c6ce7a
+MAX_TEXT = 300  # characters of a message (an error, a flag, a note) in a batch
+
 def to_number(v, # a reported value: number, bool, 0-d or 1-element tensor, numpy scalar, or anything else
              ) -> tuple: # (float value, or nan; a problem to flag, or None)
     "A float for the plot, and what is wrong with `v` if it is not a finite number"
@@ -26,6 +30,13 @@ def to_number(v, # a reported value: number, bool, 0-d or 1-element tensor, nump
         f = float(v.item() if hasattr(v, 'item') else v)
     except (TypeError, ValueError, RuntimeError): return math.nan, f"non-numeric value {str(v)[:40]!r}"
     return f, (None if math.isfinite(f) else f"{f} (not finite)")
+
+def clean_text(s, # any value
+               n:int=MAX_TEXT, # characters kept
+              ) -> str:
+    "`s` as a printable one-line string of at most `n` characters (what a collector accepts as text)"
+    s = str(s)
+    return (s if s.isprintable() else ''.join(c if c.isprintable() else ' ' for c in s))[:n]
 
 # %% ../nbs/01a_report.ipynb #b2be2697
 def nvml_uuid(torch_uuid) -> bytes:
@@ -95,11 +106,13 @@ class LoadSampler:
                 d.update(gpu=float(u.gpu), gpu_mem=int(m.used), gpu_total=int(m.total))
                 self.note = None
             except Exception as e: self.note = f"reading the GPU's utilisation failed ({_err(e)})"
-        if self.note: d['gpu_note'] = self.note
+        if self.note: d['gpu_note'] = clean_text(self.note)
         return d
 
 # %% ../nbs/01a_report.ipynb #aa4c2c6e
 WIRE = 2  # the batch format's version: a collector names batches of another version (engines and kernel on different ddp_nb versions)
+MAX_BATCH = 2**20  # bytes in one message at most: the collector refuses bigger ones (ZMQ_MAXMSGSIZE), a reporter splits its batches below
+MAX_POINTS, MAX_METRICS, MAX_NAME, MAX_FLAGS = 4096, 256, 100, 64  # per batch; characters of a metric name
 
 def encode(head:dict, # who sent it and its state: rank, pid, host, t, busy, ...
            pts:list, # [(time, step, {metric: float})], oldest first
@@ -121,15 +134,19 @@ def encode(head:dict, # who sent it and its state: rank, pid, host, t, busy, ...
 
 def decode(msg:bytes, # a batch, as `encode` made it
           ) -> dict:
-    "The header, with `steps` and `ts` (arrays) and `cols`: {metric: (values, indices of the points that have it, or None: every point)}"
+    "The header (checked by `check_head`), with `steps` and `ts` (arrays) and `cols`: {metric: (values, indices of the points that have it, or None: every point)}"
     i = msg.find(b'\n')
-    head = json.loads(msg[:i] if i >= 0 else msg)
+    try: head = json.loads(msg[:i] if i >= 0 else msg)
+    except (ValueError, UnicodeDecodeError): raise ValueError("a report batch has a header that is not JSON") from None
+    if not isinstance(head, dict): raise ValueError("a report batch has a header that is not a JSON object")
     if head.get('wire') != WIRE:
-        raise ValueError(f"a rank sent its reports in wire format {head.get('wire', 1)}, this kernel reads format {WIRE}: the engines run "
+        raise ValueError(f"a rank sent its reports in wire format {head.get('wire', 1)!r:.20}, this kernel reads format {WIRE}: the engines run "
                          "another ddp_nb version than the notebook's kernel; install the same version on every host and restart the cluster.")
+    check_head(head)
     body, at, swap = memoryview(msg)[i + 1:], 0, head['order'] != sys.byteorder
     def column(code, k):
         nonlocal at
+        if at + 8 * k > len(body): raise ValueError(f"a report batch has {len(body)} bytes of columns, its header describes more")
         a = array(code); a.frombytes(body[at:at + 8 * k]); at += 8 * k
         if swap: a.byteswap()
         return a
@@ -137,20 +154,83 @@ def decode(msg:bytes, # a batch, as `encode` made it
     head['steps'], head['ts'] = column('q', n), column('d', n)
     head['cols'] = {k: (column('d', n), None) if some is None else (column('d', some), column('q', some)) for k, some in head['cols']}
     if at != len(body): raise ValueError(f"a report batch has {len(body)} bytes of columns, its header describes {at}")
+    if not all(map(math.isfinite, head['ts'])): raise ValueError("a report batch has a time that is not a finite number")
+    for k, (_, ix) in head['cols'].items():
+        if ix is not None and ix and not (0 <= ix[0] and ix[-1] < n and all(a < b for a, b in zip(ix, ix[1:]))):
+            raise ValueError(f"a report batch has point indices of {k!r} that are not increasing points of the batch")
     return head
+
+# %% ../nbs/01a_report.ipynb #694b8109
+def report_key(secret:bytes, # the cluster's secret: the key of its connection files (`compat_ipp.session_key`)
+               nonce:bytes, # the collector's random nonce, sent to the ranks
+              ) -> bytes:
+    "The key a collector's batches are signed with, derived from the cluster's secret: the key itself never travels"
+    return hmac.new(secret, b'ddp_nb reports\n' + nonce, hashlib.sha256).digest()
+
+def sign(key:bytes, # `report_key`
+         body:bytes, # a batch, as `encode` made it
+        ) -> bytes:
+    "`body` with its HMAC-SHA256 under `key` in front"
+    return hmac.new(key, body, hashlib.sha256).digest() + body
+
+def unsign(key:bytes, # `report_key`
+           msg:bytes, # a message from the collector's socket
+          ) -> bytes|None: # the body, or None: not signed with `key`
+    "The body of a message signed with `key`; None for anything else"
+    if len(msg) < 32: return None
+    body = msg[32:]
+    return body if hmac.compare_digest(msg[:32], hmac.new(key, body, hashlib.sha256).digest()) else None
+
+# %% ../nbs/01a_report.ipynb #54904e22
+def _int(v, lo:int=0, hi:int=2**63 - 1) -> bool: return type(v) is int and lo <= v <= hi
+def _num(v, lo:float=-math.inf) -> bool: return type(v) in (int, float) and math.isfinite(v) and v >= lo
+def _text(v, n:int=MAX_TEXT) -> bool: return type(v) is str and len(v) <= n and v.isprintable()
+def _name(v) -> bool: return _text(v, MAX_NAME) and len(v) > 0
+
+def _flag(f) -> bool: return type(f) is list and len(f) == 3 and _int(f[0], -2**63) and _name(f[1]) and _text(f[2])
+def _error(e) -> bool: return e is None or (type(e) is list and len(e) == 2 and _num(e[0]) and _text(e[1]))
+def _load(d) -> bool:
+    return type(d) is dict and all(_text(v) if k == 'gpu_note' else k in LOAD_KEYS and _num(v, 0) for k, v in d.items())
+def _cols(cs, n) -> bool:
+    return (type(cs) is list and len(cs) <= MAX_METRICS and len({c[0] for c in cs if type(c) is list and c and type(c[0]) is str}) == len(cs)
+            and all(type(c) is list and len(c) == 2 and _name(c[0]) and (c[1] is None or _int(c[1], 1, n - 1)) for c in cs))
+def _back(b, n) -> bool: return type(b) is list and all(_int(i, 1, n - 1) for i in b) and all(a < c for a, c in zip(b, b[1:]))
+
+LOAD_KEYS = ('cpu', 'rss', 'gpu', 'gpu_mem', 'gpu_total')
+HEAD = dict(  # field: (required, check(value, n)); any other field is refused
+    wire=(True, lambda v, n: v == WIRE), order=(True, lambda v, n: v in ('little', 'big')), n=(True, lambda v, n: _int(v, 0, MAX_POINTS)),
+    back=(True, _back), cols=(True, _cols), rank=(True, lambda v, n: _int(v)), pid=(True, lambda v, n: _int(v, 1)),
+    host=(True, lambda v, n: _text(v, 256)), t=(False, lambda v, n: _num(v)), every=(False, lambda v, n: _num(v, 1e-3) and v <= 3600),
+    busy=(True, lambda v, n: type(v) is bool), cell=(False, lambda v, n: type(v) is bool), dropped=(False, lambda v, n: _int(v)),
+    flags=(False, lambda v, n: type(v) is list and len(v) <= MAX_FLAGS and all(map(_flag, v))), error=(False, lambda v, n: _error(v)),
+    stop_eta=(False, lambda v, n: v is None or _num(v, 0)), load=(False, lambda v, n: _load(v)),
+    sid=(False, lambda v, n: _text(v, 64)), seq=(False, lambda v, n: _int(v)))
+
+def check_head(h:dict, # a batch's JSON header
+              ) -> dict:
+    "`h` when every field has its type and is within its bounds; else ValueError naming the first field that is not"
+    n = h.get('n') if _int(h.get('n'), 0, MAX_POINTS) else 0
+    for k, v in h.items():
+        if k not in HEAD: raise ValueError(f"a report batch has an unknown field {clean_text(k, 40)!r}")
+        if not HEAD[k][1](v, n): raise ValueError(f"a report batch has a bad {k}: {clean_text(json.dumps(v), 80)}")
+    missing = [k for k, (req, _) in HEAD.items() if req and k not in h]
+    if missing: raise ValueError(f"a report batch lacks {', '.join(missing)}")
+    return h
 
 # %% ../nbs/01a_report.ipynb #fb2fc6ab
 class Reporter:
     "Batches `report` calls on this rank and sends them to the notebook's collector from a daemon thread"
     def __init__(self,
                  addr:str, # the collector's ZMQ address, e.g. tcp://127.0.0.1:5555
+                 key:bytes, # the key batches are signed with (`report_key`)
                  rank:int, # this process's rank
                  device=None, # torch device, for GPU load
                  interval:float=0.1, # seconds between batches
                  load_interval:float=1.0, # seconds between load samples
                 ):
         import zmq
-        self.addr, self.rank, self.interval, self.load_interval = addr, rank, interval, load_interval
+        self.addr, self.key, self.rank, self.interval, self.load_interval = addr, key, rank, interval, load_interval
+        self.sid, self.seq = secrets.token_hex(8), 0  # this reporter's batches, numbered: the collector drops a replayed one
         self.ctx = zmq.Context()
         self.sock = self.ctx.socket(zmq.PUSH)
         self.sock.setsockopt(zmq.LINGER, 500)
@@ -176,9 +256,9 @@ class Reporter:
 # %% ../nbs/01a_report.ipynb #ec43bce5
 @patch
 def _batch(self:Reporter) -> tuple:
-    "Drain the buffer into one batch: (header with flags, heartbeat and now and then load; points)"
-    pts, flags = [], []
-    while self.buf:
+    "Drain the buffer into one batch of at most MAX_POINTS points and about MAX_BATCH/2 bytes: (header with flags, heartbeat and now and then load; points)"
+    pts, flags, names, size = [], [], set(), 0
+    while self.buf and len(pts) < MAX_POINTS and size < MAX_BATCH // 2:
         t, step, metrics = self.buf.popleft()
         s, bad = to_number(step)
         if bad is None and not -2**63 <= s < 2**63: bad = f"{s:g}, beyond 64 bits"
@@ -186,24 +266,31 @@ def _batch(self:Reporter) -> tuple:
         else: s = int(s)
         vals = {}
         for k, v in metrics.items():
+            if not _name(k): flags.append((s, clean_text(k, MAX_NAME) or '?', f"not a metric name of 1-{MAX_NAME} printable characters: not shown")); continue
+            if k not in names and len(names) >= MAX_METRICS: flags.append((s, k, f"more than {MAX_METRICS} metrics in one batch: not shown")); continue
+            names.add(k)
             vals[k], bad = to_number(v)
             if bad: flags.append((s, k, bad))
+        size += 16 * (1 + len(vals))
         if pts and pts[-1][1] == s: pts[-1][2].update(vals)  # the same step again (fit's loss, then its timer's breakdown): one point
         else: pts.append((t, s, vals))
     now = time.time()
-    head = dict(rank=self.rank, pid=self.pid, host=self.host, t=now, every=self.interval, flags=flags,
+    head = dict(rank=self.rank, pid=self.pid, host=self.host, t=now, every=self.interval, flags=flags[-MAX_FLAGS:], sid=self.sid, seq=self.seq,
                 busy=now - self.last_report < 2.0, cell=self.in_cell, dropped=self.dropped, error=self.error, stop_eta=ctx.stop_eta())
     if now - self.last_load >= self.load_interval:
         head['load'], self.last_load = self.load(), now
+    self.seq += 1
     return head, pts
 
 @patch
 def flush(self:Reporter):
-    "Send what is buffered now (the thread does this every `interval`)"
+    "Send what is buffered now, signed, in batches below the collector's limit (the thread does this every `interval`)"
     import zmq
-    head, pts = self._batch()
-    try: self.sock.send(encode(head, pts), flags=zmq.NOBLOCK)
-    except zmq.Again: self.dropped += len(pts)  # the notebook is gone or stalled: never block training
+    while True:
+        head, pts = self._batch()
+        try: self.sock.send(sign(self.key, encode(head, pts)), flags=zmq.NOBLOCK)
+        except zmq.Again: self.dropped += len(pts)  # the notebook is gone or stalled: never block training
+        if not self.buf: break
 
 @patch
 def _loop(self:Reporter):
@@ -240,7 +327,7 @@ def _hook_errors(self:Reporter):
     if sh is None: return
     def remember():
         et, ev, _ = sys.exc_info()
-        self.error = (time.time(), f"{et.__name__}: {ev}"[:300] if et else 'error')
+        self.error = (time.time(), clean_text(f"{et.__name__}: {ev}" if et else 'error'))
     on_uncaught_error(sh, remember)
     if not getattr(sh, '_ddp_nb_pre_run', None):
         sh._ddp_nb_pre_run = _cell_started
@@ -254,16 +341,21 @@ def batch_interval(ranks:int, # ranks reporting to one notebook
     return max(0.1, ranks / 1000)  # the kernel's cost grows with batches as well as points (benchmark 12)
 
 def connect(addr:str, # the collector's address
+            nonce:bytes, # the collector's nonce (`Collector.nonce`): with the cluster's secret, it makes the signing key
             rank:int|None=None, # this process's rank; None: from `rank_info`
             device=None, # torch device for GPU load; None: the rank's device
             interval:float=0.1, # seconds between batches
+            secret:bytes|None=None, # the cluster's secret; None: this engine's connection key (`compat_ipp.session_key`)
            ) -> str:
-    "Send this process's reports to the collector at `addr` (the cluster calls this on every engine)"
+    "Send this process's reports, signed, to the collector at `addr` (the cluster calls this on every engine)"
     disconnect()
+    if secret is None: secret = session_key()
+    if not secret: raise ValueError("report.connect: this process is no ipyparallel engine with a connection key: pass secret= (the cluster's key).")
     if rank is None or device is None:
         ri = rank_info()
         rank, device = ri.rank if rank is None else rank, ri.device if device is None else device
-    ctx.reporter = Reporter(addr, rank, device, interval)
+    ctx.reporter = Reporter(addr, report_key(secret, nonce), rank, device, interval)
+    ctx.reporter.nonce = nonce  # to connect again (with another interval)
     ctx.on_release(disconnect)  # an engine that leaves the cluster stops reporting
     return addr
 

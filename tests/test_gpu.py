@@ -77,8 +77,8 @@ def _report_under_sync_check(steps):
     import torch, torch.nn as nn, torch.nn.functional as F
     from ddp_nb.context import ctx
     from ddp_nb.report import connect, report
-    addr, rank = ctx.reporter.addr, ctx.reporter.rank
-    connect(addr, rank, interval=3600)   # the sender thread waits: its .item() (off the training thread) would trip the check too
+    addr, nonce, rank = ctx.reporter.addr, ctx.reporter.nonce, ctx.reporter.rank
+    connect(addr, nonce, rank, interval=3600)   # the sender thread waits: its .item() (off the training thread) would trip the check too
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 10)).to(device)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -99,7 +99,7 @@ def _report_under_sync_check(steps):
         except RuntimeError as e: out['control'] = str(e)[:200]
     finally: torch.cuda.set_sync_debug_mode(prev)
     ctx.reporter.flush()                    # now the points go out (the sender's .item() outside the check)
-    connect(addr, rank)                  # the usual 100 ms sender again
+    connect(addr, nonce, rank)                  # the usual 100 ms sender again
     return out
 
 
@@ -126,8 +126,8 @@ def _fit_syncs():
     from ddp_nb.report import connect
     from ddp_nb.train import seed_everything, wrap_model, ShardedLoader, fit
     from ddp_nb.digits import digits_data, DigitsNet
-    addr, rank = ctx.reporter.addr, ctx.reporter.rank
-    connect(addr, rank, interval=3600)
+    addr, nonce, rank = ctx.reporter.addr, ctx.reporter.nonce, ctx.reporter.rank
+    connect(addr, nonce, rank, interval=3600)
     seed_everything(0)
     model = wrap_model(DigitsNet())
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
@@ -138,7 +138,7 @@ def _fit_syncs():
         torch.cuda.set_sync_debug_mode('warn')
         try: r = fit(model, loader, opt, epochs=3)
         finally: torch.cuda.set_sync_debug_mode('default')
-    ctx.reporter.flush(); connect(addr, rank)
+    ctx.reporter.flush(); connect(addr, nonce, rank)
     where = collections.Counter(f"{os.path.basename(w.filename)}:{w.lineno}" for w in ws if 'synchroniz' in str(w.message))
     return dict(syncs=sum(where.values()), where=dict(where), steps=2 * len(loader), losses=r['losses'])
 

@@ -26,8 +26,8 @@ def _timed_fit():
     from ddp_nb.digits import digits_data, DigitsNet
     from ddp_nb.context import ctx
     from ddp_nb.report import connect
-    addr, rank = ctx.reporter.addr, ctx.reporter.rank
-    connect(addr, rank, interval=3600)   # the sender thread waits: its .item() of reported losses (off the training thread) would count too
+    addr, nonce, rank = ctx.reporter.addr, ctx.reporter.nonce, ctx.reporter.rank
+    connect(addr, nonce, rank, interval=3600)   # the sender thread waits: its .item() of reported losses (off the training thread) would count too
     seed_everything(0)
     model = wrap_model(DigitsNet())
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
@@ -41,7 +41,7 @@ def _timed_fit():
             fit(model, loader, opt, epochs=3, timing=True)   # epochs: until the loader has done 3 (two more)
             torch.cuda.synchronize(); wall = time.perf_counter() - t
         finally: torch.cuda.set_sync_debug_mode('default')
-    ctx.reporter.flush(); connect(addr, rank)   # now the points go out
+    ctx.reporter.flush(); connect(addr, nonce, rank)   # now the points go out
     where = collections.Counter(f"{os.path.basename(w.filename)}:{w.lineno}" for w in ws if 'synchroniz' in str(w.message))
     return dict(syncs=sum(where.values()), where=dict(where), steps=len(loader), wall_ms=wall * 1e3,
                 clock=StepTimer(model).clock.kind)

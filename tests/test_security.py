@@ -1,7 +1,8 @@
 """Security defaults of a local cluster: every socket of its processes (controller, engines, nannies, the rank-0
 rendezvous store, gloo) and of the kernel side (dashboard collector) is on loopback; the controller's connection files
-(which hold the HMAC key) are readable by the owner only; checkpoints load with weights_only=True."""
-import os, re, stat
+(which hold the HMAC key) are readable by the owner only; the collector takes only batches signed by the cluster's ranks;
+checkpoints load with weights_only=True."""
+import io, json, os, re, stat, subprocess, sys, time
 from pathlib import Path
 import psutil
 from ddp_nb import DDPCluster
@@ -59,3 +60,51 @@ def test_checkpoints_load_with_weights_only():
     src = '\n'.join(f.read_text() for f in (Path(__file__).parent.parent / 'ddp_nb').glob('*.py'))
     loads = re.findall(r'torch\.load\(([^\n]*)', src)
     assert loads and all('weights_only=True' in a for a in loads), loads
+
+
+def _until(cond, timeout=30, what='condition'):
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        if cond(): return
+        time.sleep(0.05)
+    raise AssertionError(f"{what} not reached within {timeout}s")
+
+
+TRAIN = "import time\nfor i in range(150):\n    report(step=i, loss=1 / (i + 1))\n    time.sleep(0.02)"
+
+
+def attack(addr, seconds=2.0, prefix=()):
+    "Run tests/forge.py against `addr` in another process (in a network namespace with `prefix`); what it sent"
+    p = subprocess.run([*prefix, sys.executable, str(Path(__file__).parent / 'forge.py'), addr, str(seconds)],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def assert_untouched(cl, sent, rss0, run0=0):
+    "Nothing the forger sent was taken; the ranks' own reports were; the kernel's memory stayed bounded"
+    col = cl._collector
+    _until(lambda: col.dropped['foreign'] + col.dropped['invalid'] >= sent['sent'], what='every forged message counted')
+    assert col.dropped['foreign'] == sent['sent'], (col.dropped, sent)   # none of it passed the signature check
+    recs = cl.history.records()
+    assert {k for r in recs for k in r} == {'run', 'rank', 'step', 'time', 'loss'} and {r['rank'] for r in recs} == set(range(cl.world_size))
+    assert max(r['step'] for r in recs) < 10**9 and set(cl.history.runs()) == {run0}   # no forged step, no forged run
+    assert psutil.Process().memory_info().rss - rss0 < 200 * 2**20   # a 64 MiB frame was refused unread
+    buf = io.StringIO()
+    d = cl.dashboard(mode='text', out=buf)
+    text = d.text()
+    d.close()
+    assert f"ignored {sent['sent']:,} messages sent to the dashboard" in text and 'pwned' not in text, text
+
+
+def test_collector_takes_only_the_clusters_ranks(no_leftovers):
+    with DDPCluster(n=2) as cl:
+        rss0 = psutil.Process().memory_info().rss
+        ar = cl.view.execute(TRAIN, block=False)   # the ranks report while the neighbour attacks
+        sent = attack(cl._collector.addr)
+        ar.get(timeout=60)
+        _until(lambda: all(cl._collector.ranks[r].step == 149 for r in (0, 1)), what="every rank's last step")
+        assert_untouched(cl, sent, rss0)
+        assert cl._collector.ranks[0].received == cl._collector.ranks[1].received == 150   # nothing of theirs lost
+        print(f"\nforger: {sent['sent']:,} messages + one 64 MiB frame; refused {cl._collector.dropped}; "
+              f"kernel RSS +{(psutil.Process().memory_info().rss - rss0) / 2**20:.0f} MB")
