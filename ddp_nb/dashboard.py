@@ -880,8 +880,8 @@ def rank_table(snap:Snapshot, statuses:dict,
     widths = [_COL['rank'], _COL['status'], _COL['step']] + [_COL['metric']] * len(mets) + [_COL['load']]
     total = sum(float(w[:-2]) for w in widths)
     cols = ''.join(f"<col style='width:{w}'>" for w in widths)
-    th = "style='text-align:left;padding:2px 8px;border-bottom:1px solid #d0d7de'"
-    head = ''.join(f"<th {th}>{html.escape(h)}</th>" for h in ['rank', 'status', 'step'] + mets + ['load (own host)'])  # metric names come from the ranks: escaped
+    th = "style='text-align:left;padding:2px 8px;border-bottom:1px solid #d0d7de;overflow:hidden;white-space:nowrap;text-overflow:ellipsis'"
+    head = ''.join(f"<th {th} title='{html.escape(h)}'>{html.escape(h)}</th>" for h in ['rank', 'status', 'step'] + mets + ['load (own host)'])  # names come from the ranks: escaped
     rows = []
     for r in (statuses if ranks is None else ranks):
         st, s = statuses[r], snap.ranks.get(r)

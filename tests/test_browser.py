@@ -28,15 +28,17 @@ def _free_port():
     with socket.socket() as s: s.bind(('127.0.0.1', 0)); return s.getsockname()[1]
 
 
-@pytest.fixture
-def lab(tmp_path):
-    "JupyterLab on 127.0.0.1 with private config, data and runtime dirs, serving a copy of the quickstart"
+def _notebook(cells):
+    "A notebook of code cells with a kernelspec (nbdev_clean drops it)"
+    return dict(nbformat=4, nbformat_minor=5, cells=[dict(cell_type='code', metadata={}, outputs=[], execution_count=None, source=c) for c in cells],
+                metadata=dict(kernelspec=dict(name='python3', display_name='Python 3 (ipykernel)', language='python')))
+
+
+def _serve(tmp_path, notebooks):
+    "JupyterLab on 127.0.0.1 with private config, data and runtime dirs, serving `notebooks` ({name: notebook}); yields (url, token)"
     _need_browser()
     root = tmp_path / 'lab'; root.mkdir()
-    nb = json.loads((ROOT / 'nbs' / '10_quickstart.ipynb').read_text())  # nbdev_clean drops the kernelspec: name one
-    nb['metadata']['kernelspec'] = dict(name='python3', display_name='Python 3 (ipykernel)', language='python')
-    nb['cells'].insert(len(nb['cells']) - 1, dict(cell_type='code', metadata={}, outputs=[], execution_count=None, source=PX_CELL))
-    (root / 'quickstart.ipynb').write_text(json.dumps(nb))
+    for name, nb in notebooks.items(): (root / name).write_text(json.dumps(nb))
     settings = tmp_path / 'settings'  # every cell stays in the DOM (no windowing), and no news pop-up
     for name, cfg in (('notebook-extension/tracker', {'windowingMode': 'none'}),
                       ('apputils-extension/notification', {'fetchNews': 'false'})):
@@ -64,6 +66,33 @@ def lab(tmp_path):
     p.terminate()
     try: p.wait(30)
     except subprocess.TimeoutExpired: p.kill(); p.wait()
+
+
+@pytest.fixture
+def lab(tmp_path):
+    "JupyterLab serving a copy of the quickstart, with a printing %%px cell before its last cell"
+    nb = json.loads((ROOT / 'nbs' / '10_quickstart.ipynb').read_text())
+    nb['metadata']['kernelspec'] = _notebook([])['metadata']['kernelspec']
+    nb['cells'].insert(len(nb['cells']) - 1, dict(cell_type='code', metadata={}, outputs=[], execution_count=None, source=PX_CELL))
+    yield from _serve(tmp_path, {'quickstart.ipynb': nb})
+
+
+def _browser(pw):
+    "Headless Chromium, as the tests drive it"
+    return pw.chromium.launch(executable_path=CHROMIUM, args=[
+        '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
+        '--disable-component-update', '--disable-sync', '--disable-dev-shm-usage'])
+
+
+def _open(page, url, token, name):
+    "Open notebook `name` in JupyterLab and wait for its kernel"
+    page.goto(f'{url}/lab/tree/{name}?reset&token={token}')
+    try:
+        page.wait_for_function("() => window.jupyterapp && document.querySelector('.jp-Notebook .jp-Cell')", timeout=120_000)
+        page.wait_for_function("() => window.jupyterapp.shell.currentWidget?.sessionContext?.session?.kernel?.status === 'idle'",
+                               timeout=120_000)
+    except Exception:
+        page.screenshot(path=str(SHOTS / f'not-ready-{name}.png')); raise
 
 
 PX_RUNS, PX_LINES = 50, 3
@@ -131,17 +160,9 @@ def test_dashboard_moves_while_training_cell_runs(lab, no_leftovers):
     SHOTS.mkdir(parents=True, exist_ok=True)
     shots = {}
     with sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=CHROMIUM, args=[
-            '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
-            '--disable-component-update', '--disable-sync', '--disable-dev-shm-usage'])
+        b = _browser(pw)
         page = b.new_page(viewport={'width': 1300, 'height': 1000})
-        page.goto(f'{url}/lab/tree/quickstart.ipynb?reset&token={token}')
-        try:
-            page.wait_for_function("() => window.jupyterapp && document.querySelector('.jp-Notebook .jp-Cell')", timeout=120_000)
-            page.wait_for_function("() => window.jupyterapp.shell.currentWidget?.sessionContext?.session?.kernel?.status === 'idle'",
-                                   timeout=120_000)
-        except Exception:
-            page.screenshot(path=str(SHOTS / 'not-ready.png')); raise
+        _open(page, url, token, 'quickstart.ipynb')
         page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")  # not awaited
         seen, t0, changes, after = [], time.time(), set(), None
         while time.time() - t0 < 300:
@@ -202,3 +223,49 @@ def test_dashboard_moves_while_training_cell_runs(lab, no_leftovers):
     want = {(str(r), str(i), str(j), str(r)) for i in range(PX_RUNS) for j in range(PX_LINES) for r in range(2)}
     print(f"%%px lines shown in the browser: {len(set(got) & want)} of {len(want)}")
     assert set(got) == want and len(got) == len(want), (len(got), sorted(want - set(got))[:10], px_text[-2000:])
+
+
+
+EVIL = "<img src=x onerror=\"window.pwned = 1; document.title = 'pwned'\">"
+HOSTILE = [
+    "from ddp_nb import DDPCluster\ncl = DDPCluster(n=1).start()\ncl.dashboard(every=0.1)",
+    "%%px\n" + f"report(step=0, loss=1.0, **{{{EVIL!r}: 2.0}})\nreport(step=1, loss=0.5, **{{{EVIL!r}: 1.0}})",
+    f"import subprocess, sys, time\nforger = subprocess.run([sys.executable, {str(Path(__file__).parent / 'forge.py')!r}, "
+    "cl._collector.addr, '1'], capture_output=True, text=True, timeout=120)\nprint('forger:', forger.stdout, forger.stderr[-300:])\ntime.sleep(1.5)",
+    "cl.stop()",
+]
+JS_HOSTILE = r"""() => {
+  const dash = document.querySelector('.ddp-nb-dashboard');
+  const last = [...document.querySelectorAll('.jp-Notebook .jp-CodeCell')].pop();
+  return {pwned: window.pwned === 1 || document.title === 'pwned', text: dash ? dash.textContent : null,
+          imgs: dash ? dash.querySelectorAll('img').length : 0, plots: dash ? dash.querySelectorAll('img.ddp-nb-plot').length : 0,
+          th: dash ? [...dash.querySelectorAll('th')].map(t => t.textContent) : [],
+          done: last ? /\[\d+\]/.test((last.querySelector('.jp-InputPrompt') || {}).textContent || '') : false};
+}"""
+
+
+def test_hostile_names_and_forged_messages_run_no_script(tmp_path, no_leftovers):
+    "A metric name that is HTML, reported by a rank, and a neighbour's forged batches: shown as text, no script runs"
+    from playwright.sync_api import sync_playwright
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    for url, token in _serve(tmp_path, {'hostile.ipynb': _notebook(HOSTILE)}):
+        with sync_playwright() as pw:
+            b = _browser(pw)
+            page = b.new_page(viewport={'width': 1300, 'height': 900})
+            _open(page, url, token, 'hostile.ipynb')
+            page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
+            t0, s = time.time(), {}
+            while time.time() - t0 < 180:
+                s = page.evaluate(JS_HOSTILE)
+                if s['done'] and s['text'] and 'ignored' in s['text']: break
+                time.sleep(0.2)
+            page.wait_for_timeout(500)
+            s = page.evaluate(JS_HOSTILE)
+            _shot(page, 'dashboard-hostile.png')
+            b.close()
+    print(f"\nwhat the dashboard showed: {s}")
+    assert s['done'], f"the hostile notebook did not run to its end: {s}"
+    assert not s['pwned'], "a script ran in the page"
+    assert s['imgs'] == s['plots'] == 1, s   # the plot, and no image the payload would have made
+    assert EVIL in s['th'], s['th']   # the name shown as the text it is
+    assert re.search(r"ignored [\d,]+ messages sent to the dashboard", s['text']), s['text']

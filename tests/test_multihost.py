@@ -23,6 +23,7 @@ from ddp_nb import DDPCluster
 from ddp_nb.processes import cluster_procs, kill_procs
 from ddp_nb.core import make_cluster_id
 from ddp_nb.supervise import RankFailure
+from test_security import assert_untouched, attack
 
 IF = 'ddpnb0'                          # the same interface name on both hosts: GLOO_SOCKET_IFNAME is then one name everywhere
 A_IP, B_IP = '10.213.7.1', '10.213.7.2'  # a private /24 of the test's own, inside the sandbox
@@ -204,6 +205,12 @@ def test_two_hosts_in_network_namespaces(netns, no_leftovers):
         dash = cl.dashboard(mode='text', out=io.StringIO())
         assert set(dash._statuses().values()) <= {'running', 'idle'}  # B's pids are not looked up on A (none 'dead')
         dash.close()
+
+        # another machine on the network (a process in B's namespace that is no engine) forges batches to the collector
+        rss0 = psutil.Process().memory_info().rss
+        sent = attack(cl._collector.addr, 1.0, prefix=('ip', 'netns', 'exec', netns))
+        assert_untouched(cl, sent, rss0)
+        MEASURED['forged messages from the network refused (all of them)'] = sent['sent']
 
         # a DDP run over both hosts ends with bit-identical parameters on every rank
         t = time.monotonic()
