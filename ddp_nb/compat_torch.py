@@ -11,8 +11,9 @@ from .compat_ipp import CompatError, installed, check_versions as _check, missin
 
 # %% auto #0
 __all__ = ['tested_versions', 'min_versions', 'missing', 'check_versions', 'issued_collectives', 'reset_group_count',
-           'compress_hook', 'queue_autograd_callback', 'lightning_not_interactive', 'guard_lightning_launchers',
-           'reset_accelerate_state', 'flight_recorder_dump', 'merge_dump', 'issued_per_group']
+           'compress_hook', 'queue_autograd_callback', 'when_imported', 'lightning_not_interactive',
+           'guard_lightning_launchers', 'reset_accelerate_state', 'flight_recorder_dump', 'merge_dump',
+           'issued_per_group']
 
 # %% ../nbs/00c_compat_torch.ipynb #f324a3c1
 tested_versions = dict(torch='2.13', accelerate='1.15', lightning='2.6')  # major.minor the tests of this module ran against
@@ -65,29 +66,52 @@ _LIGHTNING_CONNECTORS = ('lightning.fabric.connector', 'lightning.pytorch.traine
                          'lightning_fabric.connector', 'pytorch_lightning.trainer.connectors.accelerator_connector')
 _LIGHTNING_LAUNCHERS = ('lightning.fabric.strategies.launchers.multiprocessing', 'lightning_fabric.strategies.launchers.multiprocessing')
 
-def _imported(names) -> list:
-    "The modules among `names` that import"
-    import importlib
-    out = []
-    for n in names:
-        try: out.append(importlib.import_module(n))
-        except ImportError: pass
-    return out
+class _AfterImport:
+    "A meta-path finder that calls `hooks[name](module)` right after module `name` is first imported (it wraps that module's loader)"
+    def __init__(self): self.hooks = {}
+    def find_spec(self, name, path, target=None):
+        if name not in self.hooks: return None
+        import importlib.machinery
+        spec = importlib.machinery.PathFinder.find_spec(name, path, target)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, 'exec_module'): return spec
+        run, hooks = spec.loader.exec_module, self.hooks
+        def exec_module(module):
+            run(module)
+            for h in hooks.pop(name, {}).values(): h(module)
+        spec.loader.exec_module = exec_module  # this module's loader only
+        return spec
 
-def lightning_not_interactive() -> int: # how many of Lightning's connector modules were told
-    "Tell Lightning this process is not an interactive notebook (its connectors' `_IS_INTERACTIVE` module flag; tested with lightning 2.6)"
-    mods = [m for m in _imported(_LIGHTNING_CONNECTORS) if hasattr(m, '_IS_INTERACTIVE')]
-    for m in mods: m._IS_INTERACTIVE = False  # read as a module global when a strategy is chosen
-    return len(mods)
+_after_import = _AfterImport()
+
+def when_imported(names, # module names
+                  fn, # called with each module: now if it is imported, else right after its first import
+                 ) -> int: # how many of `names` were imported already
+    "Call `fn(module)` for each module of `names` once it is imported, without importing any (an optional library costs nothing until used)"
+    import sys
+    if _after_import not in sys.meta_path: sys.meta_path.insert(0, _after_import)
+    now = 0
+    for n in names:
+        m = sys.modules.get(n)
+        if m is not None: fn(m); now += 1
+        else: _after_import.hooks.setdefault(n, {})[fn.__qualname__] = fn  # the same hook again replaces the older one
+    return now
+
+def _not_interactive(m):
+    if hasattr(m, '_IS_INTERACTIVE'): m._IS_INTERACTIVE = False  # read as a module global when a strategy is chosen
+
+def lightning_not_interactive() -> int: # how many of Lightning's connector modules were imported, and told now
+    "Tell Lightning this process is not an interactive notebook (its connectors' `_IS_INTERACTIVE` flag), once it is imported (tested with lightning 2.6)"
+    return when_imported(_LIGHTNING_CONNECTORS, _not_interactive)
 
 def guard_lightning_launchers(refuse, # called as refuse(strategy name, start method, processes) before a launch; raises to refuse
-                             ) -> int: # how many launcher classes are guarded
-    "Make Lightning's process-starting launcher (`_MultiProcessingLauncher.launch`) ask `refuse` first (tested with lightning 2.6)"
-    classes = [m._MultiProcessingLauncher for m in _imported(_LIGHTNING_LAUNCHERS) if hasattr(m, '_MultiProcessingLauncher')]
-    for cls in classes:
+                             ) -> int: # how many launcher modules were imported, and guarded now
+    "Make Lightning's process-starting launcher (`_MultiProcessingLauncher.launch`) ask `refuse` first, once it is imported (tested with lightning 2.6)"
+    def guard(m):
+        cls = getattr(m, '_MultiProcessingLauncher', None)
+        if cls is None: return
         if getattr(cls.launch, '_ddp_nb_guard', False): cls.launch.refuse = refuse  # guarded once; the latest `refuse` decides
         else: cls.launch = _guarded(cls.launch, refuse)
-    return len(classes)
+    return when_imported(_LIGHTNING_LAUNCHERS, guard)
 
 def _guarded(launch, refuse):
     "`launch`, asking `refuse` (replaceable: `.refuse`) before it starts processes"

@@ -4,7 +4,7 @@
 
 # %% ../nbs/00g_profile.ipynb #12e572d7
 from __future__ import annotations
-import json, math, os, re, statistics, tempfile, time
+import html, json, math, os, re, statistics, tempfile, time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -306,7 +306,8 @@ class Profile:
         "The timeline picture (shown as PNG in a notebook; the matplotlib figure is `.fig`)"
         return Picture(timeline(self.trace, steps))
     def __repr__(self): return f"{self.table}\n\n{self.verdict or 'No straggler.'}\n\nMerged trace: {self.path}"
-    def _repr_markdown_(self): return f"{self.table}\n\n**{self.verdict or 'No straggler.'}**\n\nMerged trace (open in https://ui.perfetto.dev): `{self.path}`"
+    def _repr_markdown_(self):  # names in the table come from the ranks' traces: markdown may hold HTML, so it is escaped
+        return f"{html.escape(self.table)}\n\n**{html.escape(self.verdict or 'No straggler.')}**\n\nMerged trace (open in https://ui.perfetto.dev): `{self.path}`"
 
 def profile(cl, # a started DDPCluster
             work, # code run in the ranks' namespace for each step (e.g. "train_step()"), or a function
