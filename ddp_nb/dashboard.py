@@ -498,7 +498,7 @@ def rank_status(s:RankState|None, # what the reports said, None if the rank neve
         if not alive[s.pid]: return 'dead'
     if task == 'error' or (s is not None and s.error): return 'error'
     if s is not None and now - s.seen > max(3., 3 * s.every): return 'silent'  # 2,000 ranks send a batch every 2 s
-    if task == 'running' or (s is not None and s.busy): return 'running'
+    if task == 'running' or (s is not None and s.busy and task != 'idle'): return 'running'  # the cluster knows a cell ended: no 2 s of 'running' after it
     if s is not None and s.fresh: return 'replaced'
     return 'idle' if s is not None or task == 'idle' else 'waiting'
 
@@ -807,7 +807,8 @@ def head_line(snap:Snapshot) -> str:
     parts = [f"run {p['run']}", f"step {p['step']}" + (f" · {done}/{p['total']} done ({100 * done / p['total']:.0f}%)" if done else '')]
     if p['epoch'] is not None: parts.append(f"epoch {p['epoch']:g}")
     if p['rate']: parts.append(f"{p['rate']:.1f} steps/s" + (f" · {p['samples_per_s']:,.0f} samples/s" if p['samples_per_s'] else ''))
-    if p['eta'] is not None and not snap.stopped and not (p['total'] and p['step'] + 1 >= p['total']): parts.append(f"ETA {_fmt_time(p['eta'])}")
+    if p['eta'] is not None and not snap.stopped and any(s.busy for s in cur) and not (p['total'] and p['step'] + 1 >= p['total']):
+        parts.append(f"ETA {_fmt_time(p['eta'])}")  # none once the ranks went quiet (a stop, the cell's end)
     parts.append(f"elapsed {_fmt_time(p['elapsed'])}")
     for k in sorted({k for s in cur for k in s.latest}, key=lambda n: (n != 'loss', n))[:3]:
         vs = [s.latest[k] for s in cur if k in s.latest and math.isfinite(s.latest[k])]

@@ -536,6 +536,7 @@ def fit(model:nn.Module, # the DDP-wrapped model
     with stop_requests():  # one stop region: a stop between epochs is cooperative too
         while loader.epoch < epochs and (max_steps is None or st['step'] < max_steps):
             n, gl, ended = len(loader), torch.zeros((), device=dev), False
+            total = min((n // accum + (n % accum > 0)) * epochs, max_steps or math.inf)  # optimizer steps of the whole fit: progress and ETA cover every epoch
             try:
                 for x, y in batches():
                     size, last = accumulation_group(loader.batch - 1, n, accum)
@@ -551,7 +552,7 @@ def fit(model:nn.Module, # the DDP-wrapped model
                     if scheduler is not None: scheduler.step()
                     st['step'] += 1
                     st['tot'][0] += gl; st['tot'][1] += 1
-                    report(st['step'], loss=gl, epoch=loader.epoch, total=n // accum + (n % accum > 0))
+                    report(st['step'], loss=gl, epoch=loader.epoch, total=total)
                     if timer is not None: timer.end(st['step'])  # (the same row of cl.history as the loss)
                     gl = torch.zeros((), device=dev)
                     if ckpt_dir and ((ckpt_every and st['step'] % ckpt_every == 0) or st['step'] == max_steps): save()
