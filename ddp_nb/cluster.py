@@ -314,7 +314,7 @@ class DDPCluster:
                  ):
         "A live dashboard of this cluster (replacing the last one): loss per rank and mean, progress, status and load of every rank"
         self._live()
-        if self._dash is not None: self._dash.close()  # a re-run cell replaces its output: stop drawing the old widgets
+        if self._dash is not None: self._dash.close("this dashboard stopped updating: a newer cl.dashboard() shows this cluster")
         self._dash = Dashboard(self._collector, self.world_size, task_status=self._ranks.status, mode=mode, **kwargs)
         return self._dash
 

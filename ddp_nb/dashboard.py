@@ -1015,10 +1015,15 @@ def _final(self:Dashboard):
     else: self._print()
 
 @patch
-def close(self:Dashboard):
+def close(self:Dashboard,
+          note:str|None=None, # a line shown above the last frame, e.g. why it stopped updating
+         ):
     "Stop updating"
     if self._tick in self.col.listeners: self.col.listeners.remove(self._tick)
     if self._final in self.col.finals: self.col.finals.remove(self._final)
+    if note and self.mode == 'widget':
+        self.w.value = f"<div class='ddp-nb-moved' style='color:#9a6700;font-family:monospace;font-size:12px'>{html.escape(note)}</div>" + self.w.value
+    elif note: print(note, file=self.out or sys.stdout)
 
 @patch
 def _ipython_display_(self:Dashboard):

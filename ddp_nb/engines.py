@@ -143,9 +143,10 @@ def await_registration(rc, # a connected Client
         while not fut.done():
             if pb is not None: pb.update(min(n, len(rc.ids)) - pb.n)
             time.sleep(0.05)
+        fut.result()
+        if pb is not None: pb.update(n - pb.n)  # all registered: a full bar (a closed bar short of its total stays, red)
     finally:
         if pb is not None: pb.close()
-    fut.result()
 
 def wait_for_engines(rc, n:int|None, wait:float):
     "Wait until `n` engines registered (or at least one, with n=None), or say how to start them"
