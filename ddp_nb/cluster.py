@@ -4,11 +4,11 @@
 
 # %% ../nbs/02g_cluster.ipynb #929f5a25
 from __future__ import annotations
-import os, secrets, signal, sys, tempfile, time
+import os, secrets, signal, sys, time
 from multiprocessing.util import Finalize
-from .core import engine_count, make_cluster_id, pick_backend, stack_file
+from .core import engine_count, make_cluster_id, pick_backend
 from .host import local_cpus, local_gpus
-from .processes import cluster_procs, kill_procs
+from .processes import cluster_procs, kill_procs, rank_files
 from . import rank
 from .report import batch_interval, connect as connect_reporter
 from .ranks import Rank, RankSet, gather, push
@@ -21,7 +21,7 @@ from .launch import run_script
 from .compare import compare
 from .profile import profile
 from .postmortem import PostMortem, console_file
-from .collectives import collectives_file, collectives_table, read_records, set_debug, warm_up_soon
+from .collectives import collectives_table, read_records, set_debug, warm_up_soon
 from .collectives import records as recent_collectives
 from .dashboard import Collector, Dashboard
 
@@ -136,10 +136,7 @@ class DDPCluster:
             raise
         finally:
             if col is not None: col.close(); self._history = col.history
-            for p in plan:  # the files cl.where() and cl.collectives() read
-                for f in (stack_file(self.cluster_id, p['rank'], tempfile.gettempdir()), collectives_file(self.cluster_id, p['rank'])):
-                    try: os.unlink(f)
-                    except OSError: pass
+            for f in rank_files(self.cluster_id): f.unlink(missing_ok=True)  # what cl.where() and cl.collectives() read (this host's)
             self._ipp = self._rc = self._collector = None
             if self._fin is not None: self._fin.cancel()
             deactivate(self, self.cluster_id)
