@@ -13,8 +13,8 @@ from .host import pid_alive
 # %% auto #0
 __all__ = ['OWNER_ENV', 'RANK_FILE', 'ENGINE_CMD', 'CONTROLLER_CMD', 'owner_token', 'owner_alive', 'wait_for_exit',
            'cluster_processes', 'cluster_members', 'cluster_procs', 'kill_procs', 'cluster_files', 'end_cluster',
-           'rank_dir', 'private_file', 'write_private', 'rank_files', 'stale_files', 'sweep_stale_files',
-           'start_owner_watch', 'engine_main', 'controller_main', 'watch_owner']
+           'rank_dir', 'private_file', 'write_private', 'rank_files', 'remove_rank_files', 'stale_files',
+           'sweep_stale_files', 'start_owner_watch', 'engine_main', 'controller_main', 'watch_owner']
 
 # %% ../nbs/00d_processes.ipynb #21438bbf
 OWNER_ENV = 'DDP_NB_OWNER'  # 'pid:start time' of the process whose exit ends the cluster; '' for a persistent cluster
@@ -179,6 +179,16 @@ def rank_files(cluster_id:str, # IPP_CLUSTER_ID of the cluster (an attached clus
     "This user's files of a cluster's ranks on this host: stacks for `cl.where()`, collective records (and half-written ones)"
     return sorted(Path(d, f) for d in _rank_dirs(tmpdir) for f in os.listdir(d)
                   if f.startswith(cluster_id) and _SUFFIX.fullmatch(f[len(cluster_id):]) and _mine(os.path.join(d, f)))
+
+def remove_rank_files(cluster_id:str, # the cluster's id (an attached cluster's too)
+                      tmpdir:str|None=None, # the host's temporary folder; None: `tempfile.gettempdir()`
+                     ) -> int: # files removed
+    "Remove this user's files of a cluster's ranks on this host (`rank_files`)"
+    n = 0
+    for f in rank_files(cluster_id, tmpdir):
+        try: f.unlink(); n += 1
+        except OSError: pass  # gone meanwhile
+    return n
 
 def stale_files(tmpdir:str|None=None, # the host's temporary folder; None: `tempfile.gettempdir()`
                 live:set|None=None, # ids of clusters that still run; None: those with a live process on this host

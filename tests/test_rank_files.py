@@ -2,11 +2,12 @@
 shared machine: 0600, in this user's 0700 folder under the temporary folder (`processes.rank_dir`), never directly in
 /tmp; they are gone once the cluster ends; a folder someone planted at that name is refused with a clear error.
 (The owner watch and `ddp_nb cleanup` removing them after the kernel is killed: tests/test_orphans.py.)"""
-import os, stat, tempfile, time
+import os, stat, sys, tempfile, time
 from pathlib import Path
 import pytest
 from ddp_nb import DDPCluster, rank
-from ddp_nb.processes import rank_dir, rank_files
+from ddp_nb.processes import cluster_procs, rank_dir, rank_files
+from conftest import run, shown
 
 
 def mode(p) -> int: return stat.S_IMODE(os.lstat(p).st_mode)
@@ -53,3 +54,12 @@ def test_a_planted_folder_is_refused(tmp_path, monkeypatch, no_leftovers):
     print(f"\nstart refused: {str(e.value)[:600]}")
     assert 'symbolic link' in str(e.value) and str(planted) in str(e.value) and 'TMPDIR' in str(e.value), str(e.value)
     assert list(theirs.iterdir()) == []  # nothing was written through the link
+
+
+def test_a_client_that_exits_without_stop_leaves_no_files(no_leftovers):
+    "The end of a process that never called cl.stop() (a kernel shut down, a script's end) ends its cluster and removes the files"
+    code = "from ddp_nb import DDPCluster\ncl = DDPCluster(n=2).start()\nprint(cl.cluster_id, flush=True)"
+    r = run([sys.executable, '-c', code], timeout=240)
+    cid = r.stdout.strip().splitlines()[-1]
+    assert cid.startswith('ddp_nb-'), shown(r)
+    assert cluster_procs(cid) == [] and rank_files(cid) == [], (cluster_procs(cid), rank_files(cid))
