@@ -139,9 +139,9 @@ def format_clusters(cs:list[dict], # as `clusters` gives them
 def stop_cluster(cluster_id:str, # id as `ddp_nb list` shows it
                  grace:float=2.0, # seconds between SIGTERM and SIGKILL
                 ) -> int: # how many processes were stopped
-    "Stop every process of one ddp_nb cluster and remove its connection files"
+    "Stop every process of one ddp_nb cluster and remove its connection files and its ranks' files on this host"
     from ddp_nb.core import cluster_owner
-    from ddp_nb.processes import cluster_files, cluster_procs, kill_procs
+    from ddp_nb.processes import cluster_files, cluster_procs, kill_procs, rank_files
     if cluster_owner(cluster_id) is None:
         raise ValueError(f"{cluster_id!r} is not a ddp_nb cluster id (they look like ddp_nb-<pid>-<hex>): `ddp_nb list` shows them.")
     procs = cluster_procs(cluster_id)
@@ -151,7 +151,7 @@ def stop_cluster(cluster_id:str, # id as `ddp_nb list` shows it
         try: profile = profile or p.environ().get('IPP_PROFILE_DIR')
         except Exception: pass
     n = kill_procs(procs, grace=grace)
-    for f in cluster_files(cluster_id, profile): f.unlink(missing_ok=True)
+    for f in cluster_files(cluster_id, profile) + rank_files(cluster_id): f.unlink(missing_ok=True)
     return n
 
 def cleanup(everything:bool=False, # stop every cluster, owners alive or not, persistent or not
@@ -163,7 +163,7 @@ def cleanup(everything:bool=False, # stop every cluster, owners alive or not, pe
         try: stop_cluster(cid)
         except ValueError: pass  # it ended meanwhile
     from ddp_nb.processes import sweep_stale_files
-    sweep_stale_files()  # and the rank files of clusters that ended without stop()
+    sweep_stale_files()  # and the rank files of clusters that ended without stop() (this user's folder, and old ones in the temporary folder)
     return ids
 
 # %% ../nbs/02h_cli.ipynb #4d7647e8

@@ -4,11 +4,11 @@
 
 # %% ../nbs/02g_cluster.ipynb #929f5a25
 from __future__ import annotations
-import os, secrets, signal, sys, tempfile, time
+import os, secrets, signal, sys, time
 from multiprocessing.util import Finalize
-from .core import engine_count, make_cluster_id, pick_backend, stack_file
+from .core import engine_count, make_cluster_id, pick_backend
 from .host import local_cpus, local_gpus
-from .processes import cluster_procs, kill_procs
+from .processes import cluster_procs, kill_procs, remove_rank_files
 from . import rank
 from .report import batch_interval, connect as connect_reporter
 from .ranks import Rank, RankSet, gather, push
@@ -21,7 +21,7 @@ from .launch import run_script
 from .compare import compare
 from .profile import profile
 from .postmortem import PostMortem, console_file
-from .collectives import collectives_file, collectives_table, read_records, set_debug, warm_up_soon
+from .collectives import collectives_table, read_records, set_debug, warm_up_soon
 from .collectives import records as recent_collectives
 from .dashboard import Collector, Dashboard
 from .compat_ipp import session_key
@@ -39,6 +39,12 @@ def _wait_stopped(rs:RankSet, ranks:list, wait:float) -> list:
         if len(running) < len(ranks): t_some = t_some or time.monotonic()
         if time.monotonic() > deadline or (t_some and time.monotonic() - t_some > min(0.5, wait)): return running
         time.sleep(0.02)
+
+# %% ../nbs/02g_cluster.ipynb #fcf924b4
+def _end_unstopped(ipp, cluster_id:str):
+    "End a cluster nobody stopped (this process exits, or its DDPCluster is garbage-collected): its processes and its ranks' files here"
+    try: stop_ipp(ipp, cluster_id)
+    finally: remove_rank_files(cluster_id)
 
 # %% ../nbs/02g_cluster.ipynb #038938bc
 class DDPCluster:
@@ -90,7 +96,7 @@ class DDPCluster:
         self._ipp = ipp_cluster(self.n, self.cluster_id, self.engines, self.hosts, self.per_host, self.env, self.heartbeat_ms,
                                 self.start_timeout, self.persistent, **self.ipp_kwargs)
         if not self.persistent:  # a persistent cluster outlives this process
-            self._fin = Finalize(self, stop_ipp, args=(self._ipp, self.cluster_id), exitpriority=10)
+            self._fin = Finalize(self, _end_unstopped, args=(self._ipp, self.cluster_id), exitpriority=10)
         def connect():
             self._ipp.start_cluster_sync()
             self._rc = self._ipp.connect_client_sync()
@@ -137,10 +143,7 @@ class DDPCluster:
             raise
         finally:
             if col is not None: col.close(); self._history = col.history
-            for p in plan:  # the files cl.where() and cl.collectives() read
-                for f in (stack_file(self.cluster_id, p['rank'], tempfile.gettempdir()), collectives_file(self.cluster_id, p['rank'])):
-                    try: os.unlink(f)
-                    except OSError: pass
+            remove_rank_files(self.cluster_id)  # what cl.where() and cl.collectives() read (this host's)
             self._ipp = self._rc = self._collector = None
             if self._fin is not None: self._fin.cancel()
             deactivate(self, self.cluster_id)

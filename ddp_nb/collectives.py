@@ -4,8 +4,9 @@
 
 # %% ../nbs/00h_collectives.ipynb #c3100003
 from __future__ import annotations
-import html, json, os, re, sys, tempfile, threading, time
+import html, json, os, re, sys, threading, time
 from pathlib import Path
+from .processes import rank_dir, write_private
 
 # %% auto #0
 __all__ = ['is_cell', 'source_line', 'to_records', 'records', 'current', 'collectives_file', 'write_records', 'warm_up',
@@ -68,21 +69,23 @@ def current() -> list:
     return [r for r in rs if r['state'] == 'pending'] or rs[-1:]
 
 # %% ../nbs/00h_collectives.ipynb #c310000f
-def collectives_file(cluster_id:str, rank:int) -> str:
-    "Where a rank writes its recent collectives (next to the stack file `cl.where()` reads)"
-    return os.path.join(tempfile.gettempdir(), f"{cluster_id}-collectives-{rank}.json")
+def collectives_file(cluster_id:str, # the cluster's id
+                     rank:int, # the rank
+                     folder:str|None=None, # this user's folder for the ranks' files; None: `rank_dir()` (made if missing)
+                    ) -> str:
+    "Where a rank writes its recent collectives: in this user's private folder, next to the stack file `cl.where()` reads"
+    return os.path.join(folder or rank_dir(), f"{cluster_id}-collectives-{rank}.json")
 
 def write_records(path:str, # the file; written atomically (a reader never sees half of it)
                   last:int=64, # records per process group
                   status:dict|None=None, # the pg_status this dump goes with, stored for the reader
                   stacks:bool=True, # with each record's source line (torch's symbolizer: `warm_up` first, on the main thread)
                  ):
-    "Write this rank's recent collectives to `path` as JSON"
+    "Write this rank's recent collectives to `path` as JSON (0600)"
     from ddp_nb.compat_torch import flight_recorder_dump
     recs = to_records(flight_recorder_dump(stacks=stacks), last)
     d = dict(rank=int(os.environ.get('RANK', -1)), pid=os.getpid(), time=time.time(), records=recs, status=status)
-    tmp = f"{path}.{os.getpid()}.tmp"
-    Path(tmp).write_text(json.dumps(d)); os.replace(tmp, path)
+    write_private(path, json.dumps(d))
 
 class _Writer(threading.Thread):
     "Polls the groups' sequence numbers and status every `poll` s; writes the records when they stalled, and every `every` s while they move"
@@ -166,11 +169,12 @@ def read_records(cluster_id:str, # the cluster's id
                  meta:bool=False, # also return each file's time, pid and the groups' status
                 ) -> dict: # rank -> records (oldest first); None for a rank without a file (no recorder installed)
     "The records every rank wrote last (readable while ranks are blocked in a collective, dead or stopped)"
-    out = {}
+    out, folder = {}, rank_dir(create=False)  # None: no rank has written anything on this host
     for p in ranks_plan:
         r = p['rank'] if isinstance(p, dict) else p
-        try: d = json.loads(Path(collectives_file(cluster_id, r)).read_text())
-        except (OSError, ValueError): d = dict(records=None, time=None, pid=None, status=None)
+        try: d = json.loads(Path(collectives_file(cluster_id, r, folder)).read_text()) if folder else {}
+        except (OSError, ValueError): d = {}
+        d = d or dict(records=None, time=None, pid=None, status=None)
         out[r] = d if meta else d['records']
     return out
 

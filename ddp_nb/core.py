@@ -257,7 +257,7 @@ def cluster_owner(cluster_id:str) -> int|None:
 # %% ../nbs/00_core.ipynb #6616cb0c
 def stack_file(cluster_id:str, # the cluster's id
                rank:int, # the rank
-               tmpdir:str='/tmp', # the host's temporary folder (`tempfile.gettempdir()`)
+               folder:str, # this user's folder for the ranks' files on the rank's host (`processes.rank_dir()`)
               ) -> str:
     "Where a rank writes its Python stacks when asked (`cl.where()`)"
-    return f"{tmpdir.rstrip('/')}/{cluster_id}-stack-{rank}.txt"
+    return f"{folder.rstrip('/')}/{cluster_id}-stack-{rank}.txt"

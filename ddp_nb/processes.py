@@ -4,7 +4,7 @@
 
 # %% ../nbs/00d_processes.ipynb #7e55bdc9
 from __future__ import annotations
-import os, re, select, sys, tempfile, threading, time
+import os, re, select, stat, sys, tempfile, threading, time
 from pathlib import Path
 import psutil
 from .core import cluster_owner
@@ -13,8 +13,8 @@ from .host import pid_alive
 # %% auto #0
 __all__ = ['OWNER_ENV', 'RANK_FILE', 'ENGINE_CMD', 'CONTROLLER_CMD', 'owner_token', 'owner_alive', 'wait_for_exit',
            'cluster_processes', 'cluster_members', 'cluster_procs', 'kill_procs', 'cluster_files', 'end_cluster',
-           'rank_files', 'stale_files', 'sweep_stale_files', 'start_owner_watch', 'engine_main', 'controller_main',
-           'watch_owner']
+           'rank_dir', 'private_file', 'write_private', 'rank_files', 'remove_rank_files', 'stale_files',
+           'sweep_stale_files', 'start_owner_watch', 'engine_main', 'controller_main', 'watch_owner']
 
 # %% ../nbs/00d_processes.ipynb #21438bbf
 OWNER_ENV = 'DDP_NB_OWNER'  # 'pid:start time' of the process whose exit ends the cluster; '' for a persistent cluster
@@ -111,26 +111,95 @@ def end_cluster(cluster_id:str, # IPP_CLUSTER_ID of the cluster
     for f in cluster_files(cluster_id, profile_dir) + rank_files(cluster_id): f.unlink(missing_ok=True)
     return len(procs)
 
+# %% ../nbs/00d_processes.ipynb #096876fe
+def _refuse(d, why):
+    raise PermissionError(f"ddp_nb will not keep the ranks' files (stack dumps, collective records) in {d}: {why}. Other users "
+                          f"could read or redirect them there. Remove it if it is yours and stale, or set TMPDIR to a private folder.")
+
+def rank_dir(tmpdir:str|None=None, # the host's temporary folder; None: `tempfile.gettempdir()`
+             create:bool=True, # make it when missing; False: None when missing
+             uid:int|None=None, # the user it is for; None: this process's
+            ) -> str|None: # the folder
+    "This user's private folder for the ranks' files on this host: a real folder, this user's, 0700 (else refused)"
+    uid = os.getuid() if uid is None else uid
+    d = os.path.join(tmpdir or tempfile.gettempdir(), f"ddp_nb-{uid}")
+    if create:
+        try: os.mkdir(d, 0o700)
+        except FileExistsError: pass
+    try: st = os.lstat(d)
+    except FileNotFoundError:
+        if create: raise
+        return None
+    if stat.S_ISLNK(st.st_mode): _refuse(d, "it is a symbolic link, not a folder")
+    if not stat.S_ISDIR(st.st_mode): _refuse(d, "it is not a folder")
+    if st.st_uid != uid: _refuse(d, f"it belongs to uid {st.st_uid}, not to uid {uid}")
+    if stat.S_IMODE(st.st_mode) != 0o700:  # ours, but open to others (a chmod, a umask): closed again
+        fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        try: os.fchmod(fd, 0o700)
+        finally: os.close(fd)
+    return d
+
+# %% ../nbs/00d_processes.ipynb #8897fc6c
+def private_file(path:str, # where (in `rank_dir()`)
+                 mode:str='w', # 'w', or 'a' to append (the file is new either way)
+                ): # the open file
+    "A new file only this user can read or write (0600) at `path`: what was there is replaced, a symbolic link is never followed"
+    try: os.unlink(path)
+    except FileNotFoundError: pass
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC | (os.O_APPEND if mode == 'a' else 0)
+    return os.fdopen(os.open(path, flags, 0o600), mode)
+
+def write_private(path:str, # where (in `rank_dir()`)
+                  text:str, # the whole content
+                 ):
+    "Write `text` to `path` whole (a reader never sees half of it), 0600: a new file renamed into place"
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with private_file(tmp) as f: f.write(text)
+    os.replace(tmp, path)
+
 # %% ../nbs/00d_processes.ipynb #d788cbcf
 RANK_FILE = re.compile(r"(ddp_nb-\d+-\w+?)-(?:stack|collectives)-\d+\.(?:txt|json)(?:\.\d+\.tmp)?")
+_SUFFIX = re.compile(r"-(?:stack|collectives)-\d+\.(?:txt|json)(?:\.\d+\.tmp)?")
 
-def rank_files(cluster_id:str, # IPP_CLUSTER_ID of the cluster
+def _rank_dirs(tmpdir:str|None) -> list[str]:
+    "Where rank files may be on this host: this user's folder (if there and sound), and the temporary folder itself (earlier versions)"
+    tmpdir = tmpdir or tempfile.gettempdir()
+    try: d = rank_dir(tmpdir, create=False)
+    except PermissionError as e: print(e, file=sys.__stderr__); d = None  # not ours: nothing in it is read or removed
+    return [d, tmpdir] if d else [tmpdir]
+
+def _mine(path:str) -> bool:
+    "Whether `path` belongs to this user (other users' files in the temporary folder are theirs to remove)"
+    try: return os.lstat(path).st_uid == os.getuid()
+    except OSError: return False
+
+def rank_files(cluster_id:str, # IPP_CLUSTER_ID of the cluster (an attached cluster's too)
                tmpdir:str|None=None, # the host's temporary folder; None: `tempfile.gettempdir()`
               ) -> list[Path]: # the files of this cluster's ranks on this host
-    "The files a cluster's ranks write in the temporary folder: stacks for `cl.where()`, collective records"
-    d = Path(tmpdir or tempfile.gettempdir())
-    return sorted(f for f in d.glob(f'{cluster_id}-*') if (m := RANK_FILE.fullmatch(f.name)) and m[1] == cluster_id)
+    "This user's files of a cluster's ranks on this host: stacks for `cl.where()`, collective records (and half-written ones)"
+    return sorted(Path(d, f) for d in _rank_dirs(tmpdir) for f in os.listdir(d)
+                  if f.startswith(cluster_id) and _SUFFIX.fullmatch(f[len(cluster_id):]) and _mine(os.path.join(d, f)))
+
+def remove_rank_files(cluster_id:str, # the cluster's id (an attached cluster's too)
+                      tmpdir:str|None=None, # the host's temporary folder; None: `tempfile.gettempdir()`
+                     ) -> int: # files removed
+    "Remove this user's files of a cluster's ranks on this host (`rank_files`)"
+    n = 0
+    for f in rank_files(cluster_id, tmpdir):
+        try: f.unlink(); n += 1
+        except OSError: pass  # gone meanwhile
+    return n
 
 def stale_files(tmpdir:str|None=None, # the host's temporary folder; None: `tempfile.gettempdir()`
                 live:set|None=None, # ids of clusters that still run; None: those with a live process on this host
                ) -> list[str]: # paths
     "The rank files (stacks, collective records) of clusters that ended without `stop()`: owner dead, no process left"
-    tmpdir = tmpdir or tempfile.gettempdir()
     if live is None: live = set(cluster_processes())
     out = []
-    for f in sorted(os.listdir(tmpdir)):
-        m = RANK_FILE.fullmatch(f)
-        if m and m[1] not in live and not pid_alive(cluster_owner(m[1]) or 0): out.append(os.path.join(tmpdir, f))
+    for d in _rank_dirs(tmpdir):
+        for f in sorted(os.listdir(d)):
+            m = RANK_FILE.fullmatch(f)
+            if m and m[1] not in live and not pid_alive(cluster_owner(m[1]) or 0) and _mine(os.path.join(d, f)): out.append(os.path.join(d, f))
     return out
 
 def sweep_stale_files(tmpdir:str|None=None, # the host's temporary folder; None: `tempfile.gettempdir()`
@@ -139,9 +208,8 @@ def sweep_stale_files(tmpdir:str|None=None, # the host's temporary folder; None:
     n = 0
     for f in stale_files(tmpdir):
         try: os.unlink(f); n += 1
-        except OSError: pass
+        except OSError: pass  # gone meanwhile
     return n
-
 
 # %% ../nbs/00d_processes.ipynb #59ca3877
 def _watch(token, cluster_id, profile_dir, leave):

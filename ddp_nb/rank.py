@@ -7,6 +7,7 @@ from __future__ import annotations
 import errno, faulthandler, os, signal, socket, sys
 from datetime import timedelta
 from .core import iface_of, rank_device, stack_file
+from .processes import private_file, rank_dir
 from .host import host_identity, local_ipv4, route_source
 from .compat_ipp import engine_registration_url
 from .context import RankInfo, ctx, rank_info
@@ -15,7 +16,7 @@ from .report import report  # torch, and compat_torch (which imports it), are im
 # %% auto #0
 __all__ = ['NET_VARS', 'host_name', 'engine_info', 'net_info', 'setup_rank', 'forget_rank', 'reset_accelerate', 'open_store',
            'close_store', 'drop_group', 'init_group', 'check_group', 'teardown', 'release', 'namespace',
-           'install_stack_dump', 'issued', 'health', 'enter_cluster', 'unpickle_into_namespace']
+           'install_stack_dump', 'uninstall_stack_dump', 'issued', 'health', 'enter_cluster', 'unpickle_into_namespace']
 
 # %% ../nbs/01b_rank.ipynb #09bbfb4f
 def host_name() -> str:
@@ -185,9 +186,11 @@ def teardown():
     ctx.fire('teardown')  # what modules bound to the old group (the stop-vote group of `ddp_nb.train`)
 
 def release():
-    "Leave the cluster but keep running (an attached cluster's `stop()`): no process group, store, rank or reports"
+    "Leave the cluster but keep running (an attached cluster's `stop()`): no process group, store, rank, reports or rank files"
     teardown()
     forget_rank()
+    from ddp_nb.collectives import uninstall
+    uninstall(); uninstall_stack_dump()  # nothing writes the files the notebook removes now
     ctx.fire('release')  # the reporter (`ddp_nb.report`) stops
 
 # %% ../nbs/01b_rank.ipynb #f6d2128c
@@ -202,14 +205,20 @@ def namespace() -> dict:
 # %% ../nbs/01b_rank.ipynb #a5a8a751
 _dump = {}  # the open stack file and its signal
 
-def install_stack_dump(path:str, # file the stacks are appended to
+def install_stack_dump(path:str, # file the stacks are appended to: made new, 0600 (`processes.private_file`)
                        sig:int=signal.SIGUSR1, # the signal that asks for them
                       ) -> str:
     "On `sig`, append every thread's Python stack to `path` (works while blocked in C code)"
     if _dump.get('file') is not None: faulthandler.unregister(_dump['sig']); _dump['file'].close()
-    _dump.update(file=open(path, 'a'), sig=sig)
+    _dump.update(file=private_file(path, 'a'), sig=sig)
     faulthandler.register(sig, file=_dump['file'], all_threads=True, chain=False)
     return path
+
+def uninstall_stack_dump() -> bool:
+    "Stop writing stacks on the signal and close the file; True if a dump was installed"
+    if _dump.get('file') is None: return False
+    faulthandler.unregister(_dump['sig']); _dump.pop('file').close(); _dump.clear()
+    return True
 
 def issued() -> int|None:
     "How many collectives this rank has issued on the default process group (None without one; 0 where torch does not count)"
@@ -230,7 +239,6 @@ def health(timeout:float=2, # seconds the all-reduce may take
 def enter_cluster(cluster_id:str, # the cluster's id (it names the stack file)
                  ) -> str: # the stack file
     "Once the group formed: the rank's names in the engine's IPython namespace, and its stacks written on SIGUSR1 for `cl.where()`"
-    import tempfile
     try: from IPython import get_ipython
     except ImportError: get_ipython = lambda: None
     ip = get_ipython()
@@ -238,7 +246,7 @@ def enter_cluster(cluster_id:str, # the cluster's id (it names the stack file)
     from ddp_nb.collectives import install
     try: install(cluster_id, rank_info().rank, warm=False)  # its recent collectives, written where the notebook reads them (`cl.collectives()`)
     except Exception as e: print(f"ddp_nb: no collective records on this rank ({e})", file=sys.stderr)
-    return install_stack_dump(stack_file(cluster_id, rank_info().rank, tempfile.gettempdir()))
+    return install_stack_dump(stack_file(cluster_id, rank_info().rank, rank_dir()))  # this user's private folder (0700)
 
 # %% ../nbs/01b_rank.ipynb #ca5b82c8
 def unpickle_into_namespace(blob:bytes):

@@ -4,11 +4,12 @@
 
 # %% ../nbs/02c_supervise.ipynb #dc3947be
 from __future__ import annotations
-import os, re, signal, sys, tempfile, threading, time
+import os, re, signal, sys, threading, time
 from pathlib import Path
 import psutil
 from fastcore.basics import patch
 from .core import rank_ranges, stack_file
+from .processes import rank_dir
 from .compat_ipp import supervised_view, task_name
 from .collectives import desync_report, read_records
 from . import rank
@@ -45,9 +46,9 @@ def where(rs:RankSet, # the ranks
          ) -> dict: # rank -> stack text or state
     "Every rank's current Python stack (main thread, innermost frames), or why it cannot give one"
     ranks = list(range(len(rs))) if ranks is None else list(ranks)
-    out, sizes = {}, {}
+    out, sizes, folder = {}, {}, rank_dir()  # this user's private folder for the ranks' files
     for r in ranks:
-        p, f = rs.plan[r], Path(stack_file(cluster_id, r, tempfile.gettempdir()))
+        p, f = rs.plan[r], Path(stack_file(cluster_id, r, folder))
         if not rs.is_local(r): out[r] = f"on host {p['host']}: its stack is written there, not here (cl.where reads ranks on this host)"; continue
         st = proc_status(p['pid'])
         if st in ('dead', 'unknown'): out[r] = 'dead' if st == 'dead' else f"on host {p['host']}: stack unavailable from here"; continue
@@ -57,7 +58,7 @@ def where(rs:RankSet, # the ranks
         os.kill(p['pid'], signal.SIGUSR1)
     time.sleep(wait if sizes else 0)
     for r, n in sizes.items():
-        f = Path(stack_file(cluster_id, r, tempfile.gettempdir()))
+        f = Path(stack_file(cluster_id, r, folder))
         try:
             with open(f) as fh: fh.seek(n); text = fh.read()
         except OSError: text = ''

@@ -1,12 +1,13 @@
 """No orphans: a cluster ends with its owner (client killed, kernel restarted or killed, failing notebook under
-nbdev_test) unless it is persistent; `ddp_nb list` / `ddp_nb stop ID` find and end the persistent ones.
+nbdev_test) unless it is persistent; `ddp_nb list` / `ddp_nb stop ID` find and end the persistent ones. The ranks'
+files (private, in `processes.rank_dir()`) go with the cluster, or with `ddp_nb cleanup` when nothing was left to remove them.
 Processes are counted by cluster id (IPP_CLUSTER_ID), never by name. Deadlines have a ≥3× margin over what was
 measured on a loaded 2-core machine; the measured times are printed (pytest -s)."""
-import json, os, signal, subprocess, sys, time
+import json, os, signal, stat, subprocess, sys, tempfile, time
 from pathlib import Path
 from ddp_nb.processes import cluster_procs
 from ddp_nb.core import cluster_owner
-from ddp_nb.processes import cluster_files, rank_files
+from ddp_nb.processes import cluster_files, rank_dir, rank_files
 from conftest import run, shown
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -46,6 +47,7 @@ def test_killed_client_takes_its_cluster_along(no_leftovers):
     deadline = time.monotonic() + 10   # the ranks' files for cl.where() / cl.collectives() (a stack file each at once)
     while len(rank_files(cid)) < 2 and time.monotonic() < deadline: time.sleep(0.1)
     assert len(rank_files(cid)) >= 2, rank_files(cid)
+    assert all(f.parent == Path(rank_dir()) and stat.S_IMODE(f.stat().st_mode) == 0o600 for f in rank_files(cid)), rank_files(cid)
     # one engine is stopped (as if stuck): it cannot watch, so the controller or the other engine must end it
     stuck = next(q for q in procs if 'processes import engine_main' in ' '.join(q.cmdline()))
     stuck.suspend()
@@ -54,7 +56,26 @@ def test_killed_client_takes_its_cluster_along(no_leftovers):
     print(f"\nclient SIGKILLed: its {len(procs)} cluster processes (one engine SIGSTOPped) gone after {dt:.2f}s")
     assert cluster_procs(cid) == [] and dt < GONE_WITHIN
     assert cluster_files(cid, profile) == []  # the watcher removed the connection files too
-    assert rank_files(cid) == []              # and the ranks' files in the temporary folder
+    assert rank_files(cid) == []              # and the ranks' files in this user's folder
+
+
+def test_cleanup_removes_the_files_of_a_cluster_killed_whole(ddp_nb_bin, no_leftovers):
+    "Owner and cluster SIGKILLed at once (the OOM killer, a job's end): nobody is left to remove the ranks' files but `ddp_nb cleanup`"
+    p, cid = start_owner()
+    deadline = time.monotonic() + 10
+    while len(rank_files(cid)) < 2 and time.monotonic() < deadline: time.sleep(0.1)
+    procs = cluster_procs(cid)
+    for q in procs: q.suspend()  # no watcher may run: stopped first, then all killed
+    os.kill(p.pid, signal.SIGKILL); p.wait()
+    for q in procs: q.kill()
+    assert wait_gone(cid) < GONE_WITHIN and cluster_procs(cid) == []
+    left = rank_files(cid)
+    assert len(left) >= 2 and all(f.parent == Path(rank_dir()) for f in left), left  # stayed behind
+    old = Path(tempfile.gettempdir(), f"{cid}-stack-7.txt"); old.write_text('')  # as earlier versions left them, straight in /tmp
+    r = _ddp_nb(ddp_nb_bin, 'cleanup', '--ipython-dir', os.environ['IPYTHONDIR'])
+    assert r.returncode == 0, shown(r)
+    assert rank_files(cid) == [] and not old.exists(), rank_files(cid)
+    print(f"\nddp_nb cleanup removed {len(left) + 1} files of cluster {cid}, killed whole")
 
 
 def _exec(kc, code: str, timeout: float = 180):
@@ -79,21 +100,24 @@ def test_kernel_restart_and_kill_end_the_cluster(no_leftovers):
     km, kc = start_new_kernel(kernel_name='python3', cwd=str(ROOT), env={k: v for k, v in os.environ.items() if k != 'IPP_NONINTERACTIVE'})  # as a user's kernel
     try:
         cid = _exec(kc, START_IN_KERNEL).strip()
-        assert len(cluster_procs(cid)) >= 5
+        assert len(cluster_procs(cid)) >= 5 and len(rank_files(cid)) >= 2
         t0 = time.monotonic()
         km.restart_kernel(now=False)  # what a notebook's "Restart kernel" does: ask, then kill after a grace period
         dt_restart = time.monotonic() - t0
         dt = wait_gone(cid)
         print(f"\nkernel restart returned after {dt_restart:.2f}s; cluster gone {dt:.2f}s later")
         assert cluster_procs(cid) == [] and dt < GONE_WITHIN
+        assert rank_files(cid) == [], rank_files(cid)  # the ranks' files went with it
 
         kc.stop_channels(); kc = km.client(); kc.start_channels(); kc.wait_for_ready(timeout=60)
         cid = _exec(kc, START_IN_KERNEL).strip()
         n = len(cluster_procs(cid))
+        assert len(rank_files(cid)) >= 2, rank_files(cid)  # a stack file per rank, made as the cluster started
         os.kill(cluster_owner(cid), signal.SIGKILL)  # the id names its owner: the kernel
         dt = wait_gone(cid)
         print(f"kernel SIGKILLed: its {n} cluster processes gone after {dt:.2f}s")
         assert cluster_procs(cid) == [] and dt < GONE_WITHIN
+        assert rank_files(cid) == [], rank_files(cid)  # removed by the owner watch
     finally:
         kc.stop_channels()
         km.shutdown_kernel(now=True)
