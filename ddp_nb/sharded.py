@@ -325,7 +325,7 @@ class SafePlanner(DefaultLoadPlanner):
 
 def _trusted_metadata(folder:Path) -> Metadata:
     "DCP's own reading of `.metadata` (pickle: it can run code), for `trust=True`"
-    try: md = dcp.FileSystemReader(folder).read_metadata()
+    try: md = dcp.FileSystemReader(folder).read_metadata()  # DCP unpickles anything: trust=True only
     except Exception as e: raise CheckpointError(f"{folder / '.metadata'} is unreadable: {type(e).__name__}: {str(e)[:200]}") from None
     if not isinstance(md, Metadata) or not isinstance(md.storage_data, dict):
         raise CheckpointError(f"{folder / '.metadata'} is no DCP metadata (it holds {type(md).__name__}).")
