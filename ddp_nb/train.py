@@ -6,11 +6,11 @@
 __all__ = ['COMPRESSION', 'seed_everything', 'rng_state', 'set_rng_state', 'ResumableSampler', 'per_rank_batch', 'StopRequested',
            'stop_eta', 'stop_requests', 'control_group', 'StopVote', 'ShardedLoader', 'comm_hook', 'wrap_model',
            'rewrap', 'unwrap', 'amp_dtype', 'autocast', 'grad_scaler', 'sync_context', 'accumulation_group',
-           'checkpoints', 'atomic_save', 'save_checkpoint', 'CheckpointError', 'read_checkpoint', 'load_checkpoint',
-           'fit']
+           'checkpoints', 'atomic_save', 'save_checkpoint', 'CheckpointError', 'UnsafeCheckpointError',
+           'load_weights_only', 'read_checkpoint', 'load_checkpoint', 'fit']
 
 # %% ../nbs/01d_train.ipynb #74198a22
-import itertools, math, os, random, signal, threading, time, warnings
+import itertools, math, os, random, re, signal, threading, time, warnings
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Optional, Union
@@ -431,6 +431,35 @@ def save_checkpoint(folder:Union[str, Path], # the run's checkpoint folder
 class CheckpointError(ValueError):
     "A checkpoint that cannot be used here; the message says why and what to do"
 
+class UnsafeCheckpointError(CheckpointError):
+    "A checkpoint naming code that loading would run: refused, and never skipped in favour of an older one"
+
+def _load_failure(e:Exception) -> str:
+    "What a `torch.load` error says is wrong (torch's advice to load with weights_only=False left out)"
+    skip = ('Weights only load failed', 'Check the documentation', 'Please file an issue', '(1)', '(2)')
+    lines = [l.strip() for l in str(e).splitlines() if l.strip() and not l.strip().startswith(skip)]
+    return f"{type(e).__name__}: {lines[0][:200] if lines else 'the file ends early' if isinstance(e, EOFError) else ''}"
+
+def load_weights_only(f, # a file's path, or an open binary file (then give `name`)
+                      name=None, # what errors call it; default: the path
+                      map_location='cpu', # where tensors land
+                     ):
+    "`torch.load(f, weights_only=True)`, or a `CheckpointError` naming the file: missing, empty, unreadable or unsafe"
+    name = name or f
+    if isinstance(f, (str, Path)):
+        if not Path(f).is_file(): raise CheckpointError(f"{name} is missing: the checkpoint is incomplete.")
+        if Path(f).stat().st_size == 0:
+            raise CheckpointError(f"{name} is empty (0 bytes): its save never finished (a full disk, a failed copy).")
+    try: return torch.load(f, map_location=map_location, weights_only=True)
+    except Exception as e:
+        g = re.search(r'GLOBAL ([\w.]+)', str(e))  # torch names the global its weights_only unpickler refused
+        if g: raise UnsafeCheckpointError(
+            f"{name} refers to {g[1]}, which weights_only=True refuses: loading it could run code, so it is not loaded "
+            f"(nor is an older checkpoint used in its place). If it is not yours, delete the checkpoint (moved out of its "
+            f"folder, the one before it is used). If you saved it, keep only tensors and plain types in checkpoints, or allow "
+            f"that class with torch.serialization.add_safe_globals.") from None
+        raise CheckpointError(f"{name} is unreadable (truncated or corrupt): {_load_failure(e).rstrip('.')}.") from None
+
 def read_checkpoint(path:Union[str, Path], # one checkpoint file
                     map_location='cpu', # where tensors land first; `load_state_dict` then moves them where the parameters are
                    ) -> dict:
@@ -438,21 +467,35 @@ def read_checkpoint(path:Union[str, Path], # one checkpoint file
     path = Path(path)
     if not path.is_file(): raise CheckpointError(f"No checkpoint at {path}.")
     # on the CPU first: Adam's `step` counters stay on the CPU as torch keeps them (on the GPU they would cost a sync per step)
-    try: state = torch.load(path, map_location=map_location, weights_only=True)
-    except Exception as e:
-        why = next((l.strip() for l in str(e).splitlines() if 'WeightsUnpickler error' in l), str(e).splitlines()[0][:200])
-        raise CheckpointError(f"{path} is unreadable (truncated, corrupt, or holding objects weights_only=True refuses): "
-                              f"{type(e).__name__}: {why}") from None
+    state = load_weights_only(path, map_location=map_location)
     if not isinstance(state, dict) or state.get('format') != 1 or 'model' not in state:
         raise CheckpointError(f"{path} is not a ddp_nb checkpoint (no format/model entries): save it with save_checkpoint.")
     return state
 
-def _newest_readable(folder:Path) -> tuple:
-    "(path, state) of the newest checkpoint in `folder` that loads, warning about the ones skipped"
-    for p in reversed(checkpoints(folder)):
-        try: return p, read_checkpoint(p)
-        except CheckpointError as e: warnings.warn(f"{e} Using the checkpoint before it.")
-    return None, None
+def _newest_readable(folder:Path) -> Optional[str]:
+    "The newest checkpoint in `folder` that loads, warning about each one skipped; None if there is none, an error if none loads"
+    found = checkpoints(folder)
+    for p in reversed(found):
+        try: read_checkpoint(p); return str(p)
+        except UnsafeCheckpointError: raise   # refused, not damaged: the user decides, no silent step back
+        except CheckpointError as e: warnings.warn(f"{str(e).rstrip('.')}. Trying the checkpoint before it.")
+    if found:
+        raise CheckpointError(f"None of the {len(found)} checkpoints in {folder} loads (each is named in a warning above): "
+                              f"move them out of the folder to start afresh, or put a good checkpoint there.")
+    return None
+
+def _decide_on_0(f, # what rank 0 runs: it returns something small, or raises
+                 together:bool=True, # False: this process alone (no collective)
+                ):
+    "`f()` on rank 0 only; its result, or the `CheckpointError` it raised, on every rank (none is left waiting)"
+    res = err = None
+    if not (together and dist.is_initialized()) or dist.get_rank() == 0:
+        try: res = f()
+        except CheckpointError as e: err = e
+        except Exception as e: err = CheckpointError(f"Choosing the checkpoint failed on rank 0: {type(e).__name__}: {e}")
+    if together: res, err = _from_0((res, err))
+    if err is not None: raise err
+    return res
 
 # %% ../nbs/01d_train.ipynb #26142ec4
 def load_checkpoint(src:Union[str, Path], # a checkpoint file, or a folder (its newest readable checkpoint)
@@ -474,8 +517,7 @@ def load_checkpoint(src:Union[str, Path], # a checkpoint file, or a folder (its 
         raise CheckpointError(f"The model is sharded (FSDP2) and {src} is a single-file checkpoint: put its weights in with "
                               "ddp_nb.sharded.load_full_into_sharded(path, model), or load it into the unsharded model.")
     if src.is_dir() or not src.exists():
-        newest = _newest_readable(src)[0] if ri.rank == 0 else None
-        path = _from_0(str(newest) if newest else None)  # every rank loads the file rank 0 chose
+        path = _decide_on_0(lambda: _newest_readable(src))  # every rank loads the file rank 0 chose
         if path is None: return None
     else: path = str(src)
     state = read_checkpoint(path)
