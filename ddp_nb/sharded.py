@@ -23,7 +23,7 @@ from torch.distributed.fsdp import fully_shard, FSDPModule, MixedPrecisionPolicy
 from torch.distributed.tensor import DTensor
 from .host import pid_alive
 from .context import rank_info
-from .train import (CheckpointError, UnsafeCheckpointError, atomic_save, checkpoints, load_weights_only,
+from .train import (CheckpointError, UnsafeCheckpointError, atomic_save, checkpoints, load_weights_only, newest_good,
                           read_checkpoint, rng_state, set_rng_state, unwrap, _decide_on_0, _newest_readable)
 
 # %% ../nbs/01g_sharded.ipynb #8c7e708d
@@ -374,15 +374,7 @@ def _choose_sharded(src:Path, # a checkpoint folder, or a run's folder of them
     if (src / '.metadata').is_file():
         raise CheckpointError(f"{src} is a torch.distributed.checkpoint folder without ddp_nb's meta.pt (not written by "
                               f"save_sharded, or its save was interrupted): load it with torch.distributed.checkpoint.load.")
-    found = sharded_checkpoints(src)
-    for p in reversed(found):
-        try: check_sharded(p, trust); return str(p)
-        except UnsafeCheckpointError: raise   # refused, not damaged: the user decides, no silent step back
-        except CheckpointError as e: warnings.warn(f"{str(e).rstrip('.')}. Trying the checkpoint before it.")
-    if found:
-        raise CheckpointError(f"None of the {len(found)} sharded checkpoints in {src} loads (each is named in a warning "
-                              f"above): move them out of the folder to start afresh, or put a good checkpoint there.")
-    return None
+    return newest_good(sharded_checkpoints(src), lambda p: check_sharded(p, trust), f"sharded checkpoints in {src}")
 
 def load_sharded(src:Union[str, Path], # a checkpoint folder from `save_sharded`, or the run's folder (its newest checkpoint)
                  model:nn.Module, # the model to load into: sharded the same way, another way, or not at all (DCP reshards)

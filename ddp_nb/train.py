@@ -7,7 +7,7 @@ __all__ = ['COMPRESSION', 'seed_everything', 'rng_state', 'set_rng_state', 'Resu
            'stop_eta', 'stop_requests', 'control_group', 'StopVote', 'ShardedLoader', 'comm_hook', 'wrap_model',
            'rewrap', 'unwrap', 'amp_dtype', 'autocast', 'grad_scaler', 'sync_context', 'accumulation_group',
            'checkpoints', 'atomic_save', 'save_checkpoint', 'CheckpointError', 'UnsafeCheckpointError',
-           'load_weights_only', 'read_checkpoint', 'load_checkpoint', 'fit']
+           'load_weights_only', 'read_checkpoint', 'newest_good', 'load_checkpoint', 'fit']
 
 # %% ../nbs/01d_train.ipynb #74198a22
 import itertools, math, os, random, re, signal, threading, time, warnings
@@ -472,17 +472,23 @@ def read_checkpoint(path:Union[str, Path], # one checkpoint file
         raise CheckpointError(f"{path} is not a ddp_nb checkpoint (no format/model entries): save it with save_checkpoint.")
     return state
 
-def _newest_readable(folder:Path) -> Optional[str]:
-    "The newest checkpoint in `folder` that loads, warning about each one skipped; None if there is none, an error if none loads"
-    found = checkpoints(folder)
+def newest_good(found:list, # checkpoints, oldest first
+                check, # check(path): raises CheckpointError when that checkpoint is damaged
+                what:str, # what they are, for the error: 'checkpoints in ckpt/'
+               ) -> Optional[str]:
+    "The newest of `found` that passes `check`, warning about each one skipped; None if there is none, an error if none passes"
     for p in reversed(found):
-        try: read_checkpoint(p); return str(p)
+        try: check(p); return str(p)
         except UnsafeCheckpointError: raise   # refused, not damaged: the user decides, no silent step back
         except CheckpointError as e: warnings.warn(f"{str(e).rstrip('.')}. Trying the checkpoint before it.")
     if found:
-        raise CheckpointError(f"None of the {len(found)} checkpoints in {folder} loads (each is named in a warning above): "
+        raise CheckpointError(f"None of the {len(found)} {what} loads (each is named in a warning above): "
                               f"move them out of the folder to start afresh, or put a good checkpoint there.")
     return None
+
+def _newest_readable(folder:Path) -> Optional[str]:
+    "The newest checkpoint in `folder` that loads (`newest_good`)"
+    return newest_good(checkpoints(folder), read_checkpoint, f"checkpoints in {folder}")
 
 def _decide_on_0(f, # what rank 0 runs: it returns something small, or raises
                  together:bool=True, # False: this process alone (no collective)
