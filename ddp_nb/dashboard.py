@@ -15,10 +15,10 @@ from .host import host_identity, pid_alive
 from .report import MAX_BATCH, decode, report_key, unsign
 
 # %% auto #0
-__all__ = ['IDLE_GAP', 'STATUS_COLORS', 'Tail', 'Series', 'Band', 'History', 'RankState', 'Snapshot', 'Collector', 'deviation',
-           'progress', 'rank_status', 'mean_line', 'auto_logy', 'plot_limits', 'limits_hold', 'is_breakdown',
-           'plot_data', 'band_data', 'Plot', 'mpl_color', 'plot_svg', 'Dashboard', 'status_summary', 'head_line',
-           'warning_lines', 'compact_ranks', 'rank_table']
+__all__ = ['IDLE_GAP', 'MIN_RATE_SPAN', 'STATUS_COLORS', 'DARK_COLORS', 'Tail', 'Series', 'Band', 'History', 'RankState',
+           'Snapshot', 'Collector', 'deviation', 'progress', 'theme_css', 'rank_status', 'mean_line', 'auto_logy',
+           'plot_limits', 'limits_hold', 'is_breakdown', 'plot_data', 'band_data', 'Plot', 'mpl_color', 'plot_svg',
+           'Dashboard', 'status_summary', 'head_line', 'warning_lines', 'compact_ranks', 'rank_table']
 
 # %% ../nbs/02f_dashboard.ipynb #af5ceb11
 class Tail:
@@ -448,6 +448,8 @@ def close(self:Collector):
     self.finals.clear()
 
 # %% ../nbs/02f_dashboard.ipynb #6bacaede
+MIN_RATE_SPAN = 0.5  # seconds of points a rate is measured over at least: two reports 0.1 ms apart are no 10,000 steps/s
+
 def progress(cur:list[RankState], # the current run's ranks (`Snapshot.current()`)
             ) -> dict:
     "Step, total, epoch, steps/s, samples/s, ETA and elapsed of the current run; elapsed and rates count active time only"
@@ -459,7 +461,7 @@ def progress(cur:list[RankState], # the current run's ranks (`Snapshot.current()
     p['elapsed'] = max(s.active for s in cur)  # time cells ran since the run's first point, not the idle time between them
     r0 = max(cur, key=lambda s: len(s.rate))
     (t0, s0), (t1, s1) = r0.rate[0], r0.rate[-1]
-    if t1 > t0 and s1 > s0: p['rate'] = (s1 - s0) / (t1 - t0)  # the recent window, since the last idle gap
+    if t1 - t0 >= MIN_RATE_SPAN and s1 > s0: p['rate'] = (s1 - s0) / (t1 - t0)  # the recent window, since the last idle gap
     elif p['elapsed'] > 0 and step > r0.first_step: p['rate'] = (step - r0.first_step) / p['elapsed']
     if p['rate']:
         spl = sum(s.progress.get('samples', 0) for s in cur)
@@ -481,6 +483,15 @@ def _fmt_load(load:dict) -> str:
 # %% ../nbs/02f_dashboard.ipynb #ced22a2f
 STATUS_COLORS = dict(running='#1a7f37', idle='#57606a', error='#cf222e', dead='#cf222e', silent='#9a6700', waiting='#57606a',
                      replaced='#8250df', stopped='#57606a')
+DARK_COLORS = dict(running='#3fb950', idle='#9198a1', error='#f85149', dead='#f85149', silent='#d29922', waiting='#9198a1',
+                   replaced='#a371f7', stopped='#9198a1')  # the same statuses, readable on a dark background
+_DARK = ("body[data-jp-theme-light='false'] .ddp-nb-frame", "body.vscode-dark .ddp-nb-frame")  # JupyterLab's and VS Code's dark themes
+
+def theme_css() -> str:
+    "A <style> that keeps the dashboard readable in dark themes: the plot's colours inverted (hues kept), brighter status colours"
+    rule = lambda sel, body: ','.join(f"{d} {sel}" for d in _DARK) + '{' + body + '}'
+    return ('<style>' + rule('.ddp-nb-plot', 'filter:invert(0.88) hue-rotate(180deg)') + rule('.ddp-nb-warn', 'color:#f85149 !important')
+            + ''.join(rule(f"[data-st='{st}']", f'color:{c} !important') for st, c in DARK_COLORS.items()) + '</style>')
 
 def rank_status(s:RankState|None, # what the reports said, None if the rank never reported
                 task:str|None, # what the cluster knows: 'running', 'idle', 'error', 'dead' or None
@@ -896,7 +907,7 @@ def rank_table(snap:Snapshot, statuses:dict,
                if s is not None and s.replaced else '')
         grey = '' if live or st in ('waiting', 'replaced') else ";color:#8c959f"
         rows.append(f"<tr class='ddp-nb-rank' data-rank='{r}' data-status='{st}' style='font-variant-numeric:tabular-nums{grey}'>"
-                    f"<td {td}>{r}{new}</td><td {td} class='ddp-nb-status'><b style='color:{STATUS_COLORS[st]}'>{st}</b></td>"
+                    f"<td {td}>{r}{new}</td><td {td} class='ddp-nb-status'><b data-st='{st}' style='color:{STATUS_COLORS[st]}'>{st}</b></td>"
                     f"<td {td} class='ddp-nb-step'" + (f" data-step='{s.step}'" if cur else '') + f">{step}</td>{''.join(vals)}"
                     f"<td {td} class='ddp-nb-load'>{html.escape(load)}</td></tr>")
     listed = set(statuses if ranks is None else ranks)
@@ -958,7 +969,7 @@ def frame(self:Dashboard, snap:Snapshot) -> tuple:
     info = dict(step=p.get('step'), run=snap.run, statuses=st, plot=panels, signature=(tuple(st.items()), tuple(flags)),
                 steps={s.rank: s.step for s in snap.current()})
     table = rank_table(snap, st, compact_ranks(st, snap.deviation, self.rows) if self.big else None)
-    return f"<div class='ddp-nb-frame'>{head}{warn}{img}{table}</div>", info
+    return f"<div class='ddp-nb-frame'>{theme_css()}{head}{warn}{img}{table}</div>", info
 
 @patch
 def _draw(self:Dashboard):

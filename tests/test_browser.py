@@ -34,14 +34,14 @@ def _notebook(cells):
                 metadata=dict(kernelspec=dict(name='python3', display_name='Python 3 (ipykernel)', language='python')))
 
 
-def _serve(tmp_path, notebooks):
-    "JupyterLab on 127.0.0.1 with private config, data and runtime dirs, serving `notebooks` ({name: notebook}); yields (url, token)"
+def _serve(tmp_path, notebooks, theme=None):
+    "JupyterLab on 127.0.0.1 with private config, data and runtime dirs, serving `notebooks` ({name: notebook}) in `theme`; yields (url, token)"
     _need_browser()
     root = tmp_path / 'lab'; root.mkdir()
     for name, nb in notebooks.items(): (root / name).write_text(json.dumps(nb))
     settings = tmp_path / 'settings'  # every cell stays in the DOM (no windowing), and no news pop-up
     for name, cfg in (('notebook-extension/tracker', {'windowingMode': 'none'}),
-                      ('apputils-extension/notification', {'fetchNews': 'false'})):
+                      ('apputils-extension/notification', {'fetchNews': 'false'})) + ((('apputils-extension/themes', {'theme': theme}),) if theme else ()):
         f = settings / '@jupyterlab' / f'{name}.jupyterlab-settings'
         f.parent.mkdir(parents=True, exist_ok=True); f.write_text(json.dumps(cfg))
     port, token = _free_port(), secrets.token_hex(16)
@@ -240,15 +240,18 @@ JS_HOSTILE = r"""() => {
   return {pwned: window.pwned === 1 || document.title === 'pwned', text: dash ? dash.textContent : null,
           imgs: dash ? dash.querySelectorAll('img').length : 0, plots: dash ? dash.querySelectorAll('img.ddp-nb-plot').length : 0,
           th: dash ? [...dash.querySelectorAll('th')].map(t => t.textContent) : [],
+          dark: document.body.dataset.jpThemeLight === 'false',
+          filter: dash && dash.querySelector('img.ddp-nb-plot') ? getComputedStyle(dash.querySelector('img.ddp-nb-plot')).filter : null,
+          status: dash && dash.querySelector('[data-st]') ? getComputedStyle(dash.querySelector('[data-st]')).color : null,
           done: last ? /\[\d+\]/.test((last.querySelector('.jp-InputPrompt') || {}).textContent || '') : false};
 }"""
 
 
 def test_hostile_names_and_forged_messages_run_no_script(tmp_path, no_leftovers):
-    "A metric name that is HTML, reported by a rank, and a neighbour's forged batches: shown as text, no script runs"
+    "A metric name that is HTML, reported by a rank, and a neighbour's forged batches: shown as text, no script runs; in the dark theme"
     from playwright.sync_api import sync_playwright
     SHOTS.mkdir(parents=True, exist_ok=True)
-    for url, token in _serve(tmp_path, {'hostile.ipynb': _notebook(HOSTILE)}):
+    for url, token in _serve(tmp_path, {'hostile.ipynb': _notebook(HOSTILE)}, theme='JupyterLab Dark'):
         with sync_playwright() as pw:
             b = _browser(pw)
             page = b.new_page(viewport={'width': 1300, 'height': 900})
@@ -261,7 +264,7 @@ def test_hostile_names_and_forged_messages_run_no_script(tmp_path, no_leftovers)
                 time.sleep(0.2)
             page.wait_for_timeout(500)
             s = page.evaluate(JS_HOSTILE)
-            _shot(page, 'dashboard-hostile.png')
+            _shot(page, 'dashboard-hostile-dark.png')
             b.close()
     print(f"\nwhat the dashboard showed: {s}")
     assert s['done'], f"the hostile notebook did not run to its end: {s}"
@@ -269,3 +272,5 @@ def test_hostile_names_and_forged_messages_run_no_script(tmp_path, no_leftovers)
     assert s['imgs'] == s['plots'] == 1, s   # the plot, and no image the payload would have made
     assert EVIL in s['th'], s['th']   # the name shown as the text it is
     assert re.search(r"ignored [\d,]+ messages sent to the dashboard", s['text']), s['text']
+    # readable in the dark theme: the plot's white inverted, the statuses in brighter colours
+    assert s['dark'] and 'invert' in (s['filter'] or '') and s['status'] == 'rgb(145, 152, 161)', s
