@@ -55,8 +55,8 @@ def cell_of(number:int, # the cell's place in the notebook, from 1
 
 # %% ../nbs/02j_to_script.ipynb #89b6203a
 def read_cells(notebook, # path of an .ipynb, or the notebook as a dict
-              ) -> list: # Cell per code cell, and ('markdown', text) tuples for the headings
-    "The notebook's code cells as `Cell`s (markdown cells as Cell(kind='markdown'))"
+              ) -> list: # a Cell per cell: code cells by kind, markdown cells of kind 'markdown'
+    "The notebook's cells as `Cell`s"
     nb = notebook if isinstance(notebook, dict) else json.loads(Path(notebook).read_text())
     out = []
     for i, c in enumerate(nb['cells'], 1):
