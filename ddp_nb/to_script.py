@@ -208,10 +208,13 @@ def star_names(module:str) -> set|None: # None: not known
     try: spec = importlib.util.find_spec(top)
     except (ImportError, ValueError): return None
     if spec is None: return None
-    paths = [Path(spec.origin)] if not rest else [Path(p, *rest[:-1], rest[-1] + '.py') for p in spec.submodule_search_locations or []]
+    if not rest: paths = [Path(spec.origin)] if spec.origin else []
+    else: paths = [q for p in spec.submodule_search_locations or [] for q in (Path(p, *rest[:-1], rest[-1] + '.py'), Path(p, *rest, '__init__.py'))]
     for p in paths:
-        if not p.is_file(): continue
-        for n in ast.parse(p.read_text()).body:
+        if not p.is_file() or p.suffix != '.py': continue
+        try: tree = ast.parse(p.read_text())
+        except (SyntaxError, OSError, UnicodeDecodeError): return None
+        for n in tree.body:
             if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == '__all__' for t in n.targets):
                 try: return set(ast.literal_eval(n.value))
                 except ValueError: return None
@@ -290,8 +293,8 @@ def script_text(cells:list, # from `read_cells`
            "#   python this.py                        a world of one",
            f"# report(...) goes to {report or 'none'}; DDP_NB_REPORT='stdout=SECONDS,jsonl=FOLDER,tensorboard=FOLDER' changes that when it runs.",
            "# Cells that ran in the notebook's kernel are left out, each marked below.",
-           "from ddp_nb.batch import begin, end",
-           f"globals().update(begin({args}))  # {', '.join(PREDEFINED)}: what a %%px cell has"]
+           "import ddp_nb.batch  # (by its full name: a cell may well bind `begin`, `end` or `batch`)",
+           f"globals().update(ddp_nb.batch.begin({args}))  # {', '.join(PREDEFINED)}: what a %%px cell has"]
     out += [imp for n, imp in EXTRA.items() if n in used]
     for c in cells:
         head = f"\n# %% cell {c.number}"
@@ -318,7 +321,7 @@ def script_text(cells:list, # from `read_cells`
             out += [f"# {l}" for l in body.split('\n')]  # left as comments: it would not run
         elif c.kind == 'rank': out.append(indented(body, rank_test(c.ranks)))
         elif body.strip(): out.append(body)
-    out += ["\n# %% the end: the reports left are written, the process group is destroyed", "end()", ""]
+    out += ["\n# %% the end: the reports left are written, the process group is destroyed", "ddp_nb.batch.end()", ""]
     return '\n'.join(out)
 
 # %% ../nbs/02j_to_script.ipynb #a65b58a6
