@@ -166,6 +166,37 @@ def cleanup(everything:bool=False, # stop every cluster, owners alive or not, pe
     sweep_stale_files()  # and the rank files of clusters that ended without stop() (this user's folder, and old ones in the temporary folder)
     return ids
 
+# %% ../nbs/02h_cli.ipynb #a1c0de02
+def _add_to_script(sub):
+    "The `to-script` subcommand and its arguments"
+    t = sub.add_parser('to-script', help="write a notebook's %%px and %%rank cells as a torchrun script (--slurm: and an sbatch file)")
+    t.add_argument('notebook', help='the .ipynb')
+    t.add_argument('-o', '--out', default=None, help='the script (default: the notebook with .py)')
+    t.add_argument('--report', default='stdout', help="where report() goes: stdout[=SECONDS], jsonl=FOLDER, tensorboard=FOLDER or none, comma-separated")
+    t.add_argument('--threads', type=int, default=None, help="intra-op threads per rank (default: the host's cores split between its ranks)")
+    t.add_argument('--timeout', type=float, default=600, help='seconds for the process group to form and for each collective')
+    t.add_argument('--force', action='store_true', help='write it even where it would run differently, with a warning at each such cell')
+    t.add_argument('--slurm', action='store_true', help='also write an sbatch file (the script with .sbatch)')
+    for a, ty, dv, h in (('--nodes', int, 1, 'nodes'), ('--gpus-per-node', int, 1, 'GPUs per node (0: CPU nodes)'),
+                         ('--procs-per-node', int, None, 'ranks per node (default: one per GPU)'), ('--cpus-per-node', int, None, 'cores per node'),
+                         ('--job-name', str, None, 'default: the script name'), ('--sbatch-options', str, '', "more sbatch options, e.g. '--partition=gpu --time=24:00:00'")):
+        t.add_argument(a, type=ty, default=dv, help=f"with --slurm: {h}")
+
+def _run_to_script(a) -> int:
+    "`ddp_nb to-script`: write the files, say what went where"
+    from ddp_nb.to_script import to_script
+    kw = dict(nodes=a.nodes, gpus_per_node=a.gpus_per_node, procs_per_node=a.procs_per_node, cpus_per_node=a.cpus_per_node,
+              job_name=a.job_name, options=a.sbatch_options) if a.slurm else {}
+    try: r = to_script(a.notebook, a.out, a.report, a.threads, a.timeout, strict=not a.force, slurm=a.slurm, **kw)
+    except (ValueError, OSError, ImportError) as e: print(f"ddp_nb to-script: {e}", file=sys.stderr); return 1
+    n = {k: len(v) for k, v in r['cells'].items()}
+    print(f"Wrote {r['script']}: {n['px']} cell(s) for every rank, {n['rank']} for some ranks; left out: {n['kernel']} kernel cell(s)"
+          + (f", {n['skip']} tagged skip-script" if n['skip'] else ''))
+    for num, ps in sorted(r['problems'].items()):
+        for p in ps: print(f"warning: cell {num}: {p}", file=sys.stderr)
+    print(f"Wrote {r['sbatch']}: submit it with sbatch {r['sbatch']}" if r['sbatch'] else f"Run it: torchrun --nproc_per_node=N {r['script']}")
+    return 0
+
 # %% ../nbs/02h_cli.ipynb #4d7647e8
 def _parser() -> argparse.ArgumentParser:
     "Arguments of the `ddp_nb` command"
@@ -186,6 +217,7 @@ def _parser() -> argparse.ArgumentParser:
     for a, ty, dv in (('--epochs', int, 5), ('--lr', float, 0.1), ('--batch-size', int, 32), ('--seed', int, 0), ('--timeout', float, 120)):
         t.add_argument(a, type=ty, default=dv)
     t.add_argument('--out', default=None, help="JSON file for rank 0's result")
+    _add_to_script(sub)
     return p
 
 def main(argv:list[str]|None=None) -> int:
@@ -209,4 +241,5 @@ def main(argv:list[str]|None=None) -> int:
     elif a.cmd == 'train-digits':
         from ddp_nb.digits import torchrun_worker
         torchrun_worker(a.epochs, a.lr, a.batch_size, a.seed, a.out, a.timeout)
+    elif a.cmd == 'to-script': return _run_to_script(a)
     return 0
