@@ -5,10 +5,11 @@
 # %% ../nbs/01c_scripts.ipynb #73ff030d
 from __future__ import annotations
 import os, sys, time, traceback
+from contextlib import contextmanager
 from .core import torchrun_env
 
 # %% auto #0
-__all__ = ['script_envs', 'run_rank', 'release_peers']
+__all__ = ['NOTEBOOK_PROBES', 'script_envs', 'as_in_terminal', 'run_rank', 'release_peers']
 
 # %% ../nbs/01c_scripts.ipynb #47da0e7c
 def script_envs(plan:list[dict], # the cluster's rank plan (`core.plan_ranks`), ordered by rank
@@ -22,6 +23,23 @@ def script_envs(plan:list[dict], # the cluster's rank plan (`core.plan_ranks`), 
                  GROUP_WORLD_SIZE=str(len({q.get('group_rank', 0) for q in plan})), TORCHELASTIC_RESTART_COUNT='0', TORCHELASTIC_MAX_RESTARTS='0',
                  TORCHELASTIC_RUN_ID=run_id, TORCHELASTIC_USE_AGENT_STORE='True')
             for p in plan]
+
+# %% ../nbs/01c_scripts.ipynb #425eb23e
+NOTEBOOK_PROBES = ('tqdm.auto', 'tqdm.autonotebook')  # modules that choose between a notebook and a terminal bar on import
+
+@contextmanager
+def as_in_terminal():
+    "While a script runs in an engine, libraries see a terminal, not a notebook (text progress bars, as under torchrun)"
+    try: from IPython import get_ipython
+    except ImportError: get_ipython = lambda: None
+    cfg = getattr(get_ipython(), 'config', None)
+    kept = cfg.pop('IPKernelApp') if cfg is not None and 'IPKernelApp' in cfg else None  # what tqdm and transformers look for
+    mods = {m: sys.modules.pop(m) for m in NOTEBOOK_PROBES if m in sys.modules}
+    try: yield
+    finally:
+        if kept is not None: cfg['IPKernelApp'] = kept
+        for m in NOTEBOOK_PROBES: sys.modules.pop(m, None)
+        sys.modules.update(mods)
 
 # %% ../nbs/01c_scripts.ipynb #a8cd7681
 def _exit(e:SystemExit) -> int:
@@ -75,7 +93,8 @@ def run_rank(path:str, # absolute path of the script
         sys.argv = [path, *args]
         sys.path.insert(0, saved['script_dir'])  # as `python path` does
         if cwd and os.path.isdir(cwd): os.chdir(cwd)
-        try: runpy.run_path(path, run_name='__main__')
+        try:
+            with as_in_terminal(): runpy.run_path(path, run_name='__main__')  # text progress bars, as under torchrun
         except SystemExit as e:
             code = _exit(e)
             if code: error = _script_traceback(e, path)
