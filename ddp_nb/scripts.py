@@ -39,7 +39,10 @@ def as_in_terminal():
     finally:
         if kept is not None: cfg['IPKernelApp'] = kept
         for m in NOTEBOOK_PROBES: sys.modules.pop(m, None)
-        sys.modules.update(mods)
+        for m, mod in mods.items():  # as they were, in sys.modules and as attributes of their package
+            sys.modules[m] = mod
+            pkg, _, name = m.rpartition('.')
+            if pkg in sys.modules: setattr(sys.modules[pkg], name, mod)
 
 # %% ../nbs/01c_scripts.ipynb #a8cd7681
 def _exit(e:SystemExit) -> int:
