@@ -4,7 +4,7 @@
 
 # %% ../nbs/01c_scripts.ipynb #73ff030d
 from __future__ import annotations
-import os, sys, time, traceback
+import os, sys, time, traceback, types
 from contextlib import contextmanager
 from .core import torchrun_env
 
@@ -35,6 +35,11 @@ def as_in_terminal():
     cfg = getattr(get_ipython(), 'config', None)
     kept = cfg.pop('IPKernelApp') if cfg is not None and 'IPKernelApp' in cfg else None  # what tqdm and transformers look for
     mods = {m: sys.modules.pop(m) for m in NOTEBOOK_PROBES if m in sys.modules}
+    try:  # tqdm.auto picks its bar from tqdm.autonotebook (which looks for ipykernel): a terminal's, here
+        import tqdm.std
+        sys.modules['tqdm.autonotebook'] = stub = types.ModuleType('tqdm.autonotebook')
+        stub.tqdm, stub.trange, stub.__all__ = tqdm.std.tqdm, tqdm.std.trange, ['tqdm', 'trange']
+    except ImportError: pass
     try: yield
     finally:
         if kept is not None: cfg['IPKernelApp'] = kept
