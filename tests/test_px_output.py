@@ -86,6 +86,11 @@ def test_bare_ipyparallel_baseline():
         assert err is None, out
         got, printed, bad = count(k, range(RUNS), labelled=False)
         NUMBERS['bare ipyparallel %%px: lines delivered / printed'] = [got, printed]
+        took = []
+        for i in range(3):
+            mid, frames, _, err = watch(k, Frontend(), f"%%px\nimport time\nprint(f'first {{rank}} {i}')\ntime.sleep(2.5)")
+            took.append(round(next(t for t, kind, c, _ in frames if kind == 'stream' and 'first' in c['text']), 3))
+        NUMBERS['bare ipyparallel %%px: first line of a cell, seconds (3 runs)'] = took
     finally:
         try: k.run("rc.shutdown(hub=True)\nc.stop_cluster_sync()", timeout=60)
         finally: k.kc.stop_channels(); k.km.shutdown_kernel(now=True)
@@ -175,13 +180,13 @@ def test_first_line_latency(kl):
     "The first line a cell prints shows within a fraction of a second (ipyparallel's %%px --stream: 0.2 s; ddp_nb held it 2 s)"
     k, front = kl
     took = []
-    for i in range(5):
-        mid, frames, _, err = watch(k, front, f"%%px\nimport time\nprint(f'first {{rank}} {i}')\ntime.sleep(1.2)\nprint('last')")
+    for i in range(3):  # (a cell longer than ipyparallel's 2 s, which held the first line until then)
+        mid, frames, _, err = watch(k, front, f"%%px\nimport time\nprint(f'first {{rank}} {i}')\ntime.sleep(2.5)\nprint('last')")
         assert err is None, front.text(mid)
         first = next(t for t, kind, c, _ in frames if kind == 'stream' and f'first' in c['text'])
         took.append(round(first, 3))
-    LIVE['first line of a %%px cell, seconds (5 runs)'] = took
-    assert sorted(took)[2] < 1.5, took  # the goal (<= 0.3 s) is measured and reported, not asserted: the machine is shared
+    LIVE['first line of a %%px cell, seconds (3 runs)'] = took
+    assert sorted(took)[1] < 1.5, took  # the goal (<= 0.3 s) is measured and reported, not asserted: the machine is shared
 
 
 def test_display_updates_in_place(kl):
