@@ -133,10 +133,11 @@ def record_outputs(rc, # an ipyparallel Client
     if rc.__dict__.get('_ddp_nb_records'): return False
     make = getattr(rc, 'create_message_futures', None)
     if not callable(make): raise missing('Client.create_message_futures')
+    from ipyparallel.client.futures import MessageFuture
+    if not isinstance(getattr(MessageFuture('probe'), 'iopub_callbacks', None), list): raise missing('MessageFuture.iopub_callbacks')
     def create_message_futures(*args, **kwargs):
         futures = make(*args, **kwargs)
         f = futures[0]
-        if not isinstance(getattr(f, 'iopub_callbacks', None), list): raise missing('MessageFuture.iopub_callbacks')
         q = f.ddp_nb_outputs = collections.deque()
         def keep(msg):  # (in the client's IO thread: only an append)
             kind = msg['header']['msg_type']

@@ -5,7 +5,7 @@
 # %% ../nbs/02j_outputs.ipynb #f49cf72c
 from __future__ import annotations
 import html, sys, time, uuid
-from .compat_ipp import task_events, task_futures
+from .compat_ipp import task_events, task_futures, task_output
 
 # %% auto #0
 __all__ = ['HOLD', 'REDRAW', 'LIVE_AFTER', 'carriage', 'Lines', 'rank_lines', 'Screen', 'Frame', 'RankView', 'RankOutput']
@@ -226,6 +226,14 @@ class RankView:
             f.dirty, f.drawn = False, now
 
 # %% ../nbs/02j_outputs.ipynb #8ce86dd2
+def _replay(f, v:RankView):
+    "Show what ipyparallel kept of a task's output (streams, displays, result; no updates, no clear_output) through `v`"
+    md = task_output(f)
+    for name in ('stdout', 'stderr'):
+        if md[name]: v.take('stream', {'name': name, 'text': md[name]})
+    for o in md['outputs']: v.take('display_data', o)
+    if md['execute_result']: v.take('execute_result', md['execute_result'])
+
 class RankOutput:
     "What every rank of a task shows, labelled by rank: from `HOLD` s after the start as it arrives (in rank order per look), the rest at the end"
     def __init__(self, ar, # an AsyncResult with one task per rank, or {rank: AsyncResult} (one task each: `cl.run_script`)
@@ -246,6 +254,7 @@ class RankOutput:
                 if ar.ready(): ar.wait_for_output(10)  # results can come before the output sent ahead of them
         for f, v in self.views:
             q = task_events(f)
+            if q is None and final: _replay(f, v)  # sent before its client recorded (`compat_ipp.record_outputs`): at the end only
             while q: v.take(*q.popleft())
             v.look(final)
         if not final: return

@@ -97,7 +97,7 @@ def run_rank(path:str, # absolute path of the script
         os.environ.update(env)
         reset_accelerate()  # an Accelerator() in the script sets up its own state (and group) from this environment
         from ddp_nb.fabric import fabric_ready  # (imports torch: here, on the rank)
-        fabric_ready()  # a Lightning Fabric script: started from outside, as under torchrun (a no-op without Lightning)
+        with as_in_terminal(): fabric_ready()  # a Lightning Fabric script: started from outside, as under torchrun (a no-op without Lightning); Lightning picks its bar on import
         sys.argv = [path, *args]
         sys.path.insert(0, saved['script_dir'])  # as `python path` does
         if cwd and os.path.isdir(cwd): os.chdir(cwd)

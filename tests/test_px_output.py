@@ -89,7 +89,7 @@ def test_bare_ipyparallel_baseline():
         took = []
         for i in range(3):
             mid, frames, _, err = watch(k, Frontend(), f"%%px\nimport time\nprint(f'first {{rank}} {i}')\ntime.sleep(2.5)")
-            took.append(round(next(t for t, kind, c, _ in frames if kind == 'stream' and 'first' in c['text']), 3))
+            took.append(round(next(t for t, _, _, shown in frames if 'first' in shown), 3))  # (it streams as a display, re-sent whole)
         NUMBERS['bare ipyparallel %%px: first line of a cell, seconds (3 runs)'] = took
     finally:
         try: k.run("rc.shutdown(hub=True)\nc.stop_cluster_sync()", timeout=60)
@@ -183,7 +183,7 @@ def test_first_line_latency(kl):
     for i in range(3):  # (a cell longer than ipyparallel's 2 s, which held the first line until then)
         mid, frames, _, err = watch(k, front, f"%%px\nimport time\nprint(f'first {{rank}} {i}')\ntime.sleep(2.5)\nprint('last')")
         assert err is None, front.text(mid)
-        first = next(t for t, kind, c, _ in frames if kind == 'stream' and f'first' in c['text'])
+        first = next(t for t, _, _, shown in frames if '[rank 0] first' in shown or '[rank 1] first' in shown)
         took.append(round(first, 3))
     LIVE['first line of a %%px cell, seconds (3 runs)'] = took
     assert sorted(took)[1] < 1.5, took  # the goal (<= 0.3 s) is measured and reported, not asserted: the machine is shared
