@@ -4,15 +4,15 @@
 
 # %% ../nbs/00b_compat_ipp.ipynb #49171b13
 from __future__ import annotations
-import os, re, warnings
+import collections, os, re, warnings
 from importlib.metadata import version, PackageNotFoundError
 
 # %% auto #0
-__all__ = ['tested_versions', 'min_versions', 'CompatError', 'installed', 'outside_tested', 'missing', 'check_versions',
-           'engine_uuids', 'pending_tasks', 'controller_url', 'noninteractive', 'task_futures', 'has_task_futures',
-           'task_output', 'task_name', 'supervised_view', 'engine_launchers', 'launcher_process',
-           'replace_launcher_process', 'engine_registration_url', 'on_uncaught_error', 'session_key',
-           'bind_engine_kernel']
+__all__ = ['tested_versions', 'min_versions', 'OUTPUT_MSGS', 'CompatError', 'installed', 'outside_tested', 'missing',
+           'check_versions', 'engine_uuids', 'pending_tasks', 'controller_url', 'noninteractive', 'task_futures',
+           'has_task_futures', 'task_output', 'task_name', 'supervised_view', 'record_outputs', 'task_events',
+           'engine_launchers', 'launcher_process', 'replace_launcher_process', 'engine_registration_url',
+           'on_uncaught_error', 'session_key', 'bind_engine_kernel']
 
 # %% ../nbs/00b_compat_ipp.ipynb #72e936ea
 tested_versions = dict(ipyparallel='9.2', IPython='9.18')  # major.minor the tests of this module ran against
@@ -123,6 +123,33 @@ def supervised_view(view, # an ipyparallel DirectView
             return ar
     if type(view) is DirectView: view.__class__ = SupervisedView
     return view
+
+# %% ../nbs/00b_compat_ipp.ipynb #3550b2dc
+OUTPUT_MSGS = frozenset({'stream', 'display_data', 'update_display_data', 'clear_output', 'execute_result'})
+
+def record_outputs(rc, # an ipyparallel Client
+                  ) -> bool: # False if it already records
+    "Make `rc` record, for every task sent from now on, its output messages in arrival order (`task_events`); wraps `Client.create_message_futures` (tested with ipyparallel 9.2)"
+    if rc.__dict__.get('_ddp_nb_records'): return False
+    make = getattr(rc, 'create_message_futures', None)
+    if not callable(make): raise missing('Client.create_message_futures')
+    from ipyparallel.client.futures import MessageFuture
+    if not isinstance(getattr(MessageFuture('probe'), 'iopub_callbacks', None), list): raise missing('MessageFuture.iopub_callbacks')
+    def create_message_futures(*args, **kwargs):
+        futures = make(*args, **kwargs)
+        f = futures[0]
+        q = f.ddp_nb_outputs = collections.deque()
+        def keep(msg):  # (in the client's IO thread: only an append)
+            kind = msg['header']['msg_type']
+            if kind in OUTPUT_MSGS: q.append((kind, msg['content']))
+        f.iopub_callbacks.append(keep)
+        return futures
+    rc.create_message_futures, rc._ddp_nb_records = create_message_futures, True
+    return True
+
+def task_events(fut) -> collections.deque|None: # of (message type, content), oldest first; None: not recorded
+    "The output messages one engine's part of a task sent so far, not yet taken (`record_outputs`)"
+    return getattr(fut, 'ddp_nb_outputs', None)
 
 # %% ../nbs/00b_compat_ipp.ipynb #deff210a
 def engine_launchers(cluster, # an ipyparallel Cluster, or None

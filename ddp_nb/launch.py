@@ -6,7 +6,9 @@
 from __future__ import annotations
 import os, secrets, sys, time
 from . import rank, scripts
+from .compat_ipp import record_outputs
 from .group import teardown
+from .outputs import RankOutput
 from .ranks import RankSet
 
 # %% auto #0
@@ -23,34 +25,24 @@ def prefix_lines(text:str, # new output of one rank
     return ''.join(f"{prefix}{l}\n" for l in lines), used
 
 # %% ../nbs/02e_launch.ipynb #21ba8801
-def _echo(ars:dict, seen:dict, final:bool=False):
-    "Write each rank's new stdout/stderr lines, prefixed with its rank, to this process's stdout/stderr"
-    for r, ar in ars.items():
-        for name, stream in (('stdout', sys.stdout), ('stderr', sys.stderr)):
-            text = ar[name] or ''
-            out, used = prefix_lines(text[seen.get((r, name), 0):], f"[rank {r}] ", final or ar.ready())
-            if used:
-                seen[(r, name)] = seen.get((r, name), 0) + used
-                stream.write(out); stream.flush()
-
 def _follow(ars:dict, # rank -> AsyncResult of `run_rank`
             timeout:float|None, # seconds to wait for all ranks; None: no limit
-            seen:dict|None=None, # characters echoed so far per (rank, stream)
+            out:RankOutput|None=None, # shows the ranks' output as it comes (None: a new one)
             on_stall=None, # called when some ranks have been done for `grace` seconds and others still run, then every `grace` s
             grace:float=3., # seconds
            ) -> list[int]: # ranks still running at the deadline
-    "Wait for every rank, echoing their output as it comes"
-    seen = {} if seen is None else seen
+    "Wait for every rank, showing their output as it comes"
+    out = RankOutput(ars, live_after=0) if out is None else out
     deadline = None if timeout is None else time.monotonic() + timeout
     since = None
     while True:
         busy = [r for r, ar in ars.items() if not ar.ready()]
-        _echo(ars, seen)
+        out.show()
         if not busy or (deadline is not None and time.monotonic() >= deadline): return busy
         if on_stall is not None and len(busy) < len(ars):
             since = since or time.monotonic()
             if time.monotonic() - since >= grace: on_stall(); since = time.monotonic()
-        ars[busy[0]].wait(0.2)
+        ars[busy[0]].wait(0.05)
 
 # %% ../nbs/02e_launch.ipynb #d2fbefa5
 class ScriptError(RuntimeError):
@@ -94,28 +86,28 @@ def follow_script(rs:RankSet, # the ranks
                   group_timeout:float=60, # seconds for a group to form, and for ranks to stop after SIGINT
                  ) -> tuple[list[int], str|None]: # (ranks that never returned, why the script was stopped)
     "Follow the script on every rank, release peers of ranks that failed before joining, stop the ranks with SIGINT past `timeout` or on interrupt"
-    rescues, seen, stopped = {}, {}, None
+    rescues, out, stopped = {}, RankOutput(ars, live_after=0), None
     def failed(a): return a.ready() and not (a.successful() and a.get())  # a release that did not form the group
     def release():  # ranks that failed before joining the script's group: let the peers waiting for them go on (again if a try failed)
         for r, ar in ars.items():
             res = ar.get() if ar.ready() and ar.successful() else None
             if res and res['exit_code'] and not res['in_group'] and (r not in rescues or failed(rescues[r])):
                 rescues[r] = rs.call_async(scripts.release_peers, envs[r], backend, group_timeout, ranks=[r])[r]
-    try: busy = _follow(ars, timeout, seen, release)
+    try: busy = _follow(ars, timeout, out, release)
     except KeyboardInterrupt: busy, stopped = [r for r, ar in ars.items() if not ar.ready()], 'interrupted'
     if busy:  # interrupted or out of time
         stopped = stopped or f'still running after {timeout:g}s'
         release()
-        if rescues: busy = _follow(ars, 5, seen)
+        if rescues: busy = _follow(ars, 5, out)
     if busy:  # SIGINT ends a script running Python code; then it cleans up as after a failure
         rs.signal('SIGINT', busy)
-        busy = _follow(ars, group_timeout, seen, release)
+        busy = _follow(ars, group_timeout, out, release)
     waiting = [r for r, a in rescues.items() if not a.ready()]  # still waiting for a peer that is done now
     if waiting: rs.signal('SIGINT', waiting)
     for a in rescues.values(): a.wait(group_timeout)
     for ar in ars.values():
         if ar.ready(): ar.wait_for_output(5)  # the last lines may arrive just after the result
-    _echo(ars, seen, final=True)
+    out.show(final=True)
     return busy, stopped
 
 def run_script(rs:RankSet, # the ranks of a running cluster
@@ -133,6 +125,7 @@ def run_script(rs:RankSet, # the ranks of a running cluster
     if timeout is not None and timeout <= 0: raise ValueError(f"timeout={timeout!r}: pass a positive number of seconds, or None.")
     teardown(rs, timeout=group_timeout)
     port = rs.call(rank.open_store, master_addr, len(rs), group_timeout, ranks=[0], what='Opening the rendezvous store', timeout=group_timeout)[0]
+    record_outputs(rs.rc)  # every output message of the script, in order (its \r progress bars too)
     envs = scripts.script_envs(rs.plan, master_addr, port, run_id or secrets.token_hex(3))
     ars = rs.call_each_async(scripts.run_rank, {p['rank']: (path, args, e, os.getcwd()) for p, e in zip(rs.plan, envs)})
     busy, stopped = follow_script(rs, ars, envs, timeout, backend, group_timeout)

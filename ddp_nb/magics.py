@@ -5,56 +5,12 @@
 # %% ../nbs/02d_magics.ipynb #61cb19b1
 from __future__ import annotations
 import signal, sys, time
-from .compat_ipp import task_futures, task_output
+from .compat_ipp import record_outputs
+from .outputs import HOLD, RankOutput
 from .supervise import Interrupted, Supervisor
 
 # %% auto #0
-__all__ = ['rank_lines', 'RankOutput', 'px_magics', 'activate', 'deactivate']
-
-# %% ../nbs/02d_magics.ipynb #3b17b116
-def rank_lines(lines:list, # whole lines printed by one rank
-               rank:int, # the rank that printed them
-              ) -> str:
-    "The lines, each labelled with its rank, as one text"
-    return ''.join(f"[rank {rank}] {l}\n" for l in lines)
-
-class RankOutput:
-    "What every rank of a task printed, labelled by rank: in rank order at the end, or line by line once `live_after` s passed"
-    def __init__(self, ar, # an AsyncResult with one task per rank
-                 ranks:dict, # engine id -> rank
-                 live_after:float|None=1.0, # seconds after which whole lines are shown as they arrive (None: only at the end)
-                ):
-        self.ar, self.live_after, self.t0 = ar, live_after, time.monotonic()
-        self.kids = sorted((ranks[e], f) for e, f in task_futures(ar) if e in ranks)
-        self.shown = {}  # (rank, 'stdout'|'stderr'|'outputs') -> lines or display outputs shown
-
-    def show(self, final:bool=False, # the task is over: wait for its last output, show partial lines and results too
-            ):
-        "Print what arrived since the last call (while live), or everything left (final)"
-        if not final and (self.live_after is None or time.monotonic() - self.t0 < self.live_after): return
-        if final and self.ar.ready(): self.ar.wait_for_output(10)  # results can come before the output sent ahead of them
-        for r, f in self.kids:
-            md = task_output(f)
-            for name in ('stdout', 'stderr'):
-                lines = (md[name] or '').split('\n')
-                n = self.shown.get((r, name), 0)
-                new = lines[n:-1] + ([lines[-1]] if final and lines[-1] else [])
-                if new: print(rank_lines(new, r), end='', file=getattr(sys, name), flush=True)
-                self.shown[(r, name)] = n + len(new)
-            outs = md['outputs'][self.shown.get((r, 'outputs'), 0):]
-            for o in outs:
-                print(f"[rank {r}]", flush=True); _publish(o.get('data', {}), o.get('metadata') or {})
-            self.shown[(r, 'outputs')] = self.shown.get((r, 'outputs'), 0) + len(outs)
-            res = md['execute_result'] if final else None
-            if res and 'text/plain' in res.get('data', {}):
-                _publish({**res['data'], 'text/plain': f"[rank {r}] Out: {res['data']['text/plain']}"}, res.get('metadata') or {})
-
-def _publish(data:dict, metadata:dict):
-    "Show a display output of a rank here (as text where IPython is absent)"
-    try: from IPython import get_ipython; from IPython.display import publish_display_data
-    except ImportError: get_ipython = None
-    if get_ipython is None or get_ipython() is None: print(data.get('text/plain', '')); return
-    publish_display_data(data, metadata)
+__all__ = ['px_magics', 'activate', 'deactivate']
 
 # %% ../nbs/02d_magics.ipynb #c6221f1a
 def px_magics(shell, # the IPython shell
@@ -72,7 +28,7 @@ def px_magics(shell, # the IPython shell
                 ar = sup.last_ar = super().parallel_execute(cell, block=False, groupby=groupby, save_name=save_name)
                 sup.watch(ar); return ar
             stream = self.stream_output if stream_output is None else stream_output
-            live_after = (self.progress_after_seconds if progress_after is None else progress_after) if stream else None
+            live_after = HOLD if stream else None  # output as it arrives, from 0.1 s on (ipyparallel's progress_after: 2 s)
             ar = out = None
             try:
                 ar = sup.last_ar = super().parallel_execute(cell, block=False, save_name=save_name)
@@ -105,6 +61,7 @@ def activate(owner, # the DDPCluster whose magics these are
             ):
     "Make `%%px` run on every rank of `owner` and `%%rank RANKS` on some, both supervised"
     sup.watched(view)  # every task through the view supervised, blocking or not
+    record_outputs(view.client)  # every output message of every task, in order (display updates, clear_output)
     ip = _ipython()
     if ip is None: return
     ip.magics_manager.register(px_magics(ip, view, sup, interrupt))

@@ -4,11 +4,12 @@
 
 # %% ../nbs/01c_scripts.ipynb #73ff030d
 from __future__ import annotations
-import os, sys, time, traceback
+import os, sys, time, traceback, types
+from contextlib import contextmanager
 from .core import torchrun_env
 
 # %% auto #0
-__all__ = ['script_envs', 'run_rank', 'release_peers']
+__all__ = ['NOTEBOOK_PROBES', 'script_envs', 'as_in_terminal', 'run_rank', 'release_peers']
 
 # %% ../nbs/01c_scripts.ipynb #47da0e7c
 def script_envs(plan:list[dict], # the cluster's rank plan (`core.plan_ranks`), ordered by rank
@@ -22,6 +23,31 @@ def script_envs(plan:list[dict], # the cluster's rank plan (`core.plan_ranks`), 
                  GROUP_WORLD_SIZE=str(len({q.get('group_rank', 0) for q in plan})), TORCHELASTIC_RESTART_COUNT='0', TORCHELASTIC_MAX_RESTARTS='0',
                  TORCHELASTIC_RUN_ID=run_id, TORCHELASTIC_USE_AGENT_STORE='True')
             for p in plan]
+
+# %% ../nbs/01c_scripts.ipynb #425eb23e
+NOTEBOOK_PROBES = ('tqdm.auto', 'tqdm.autonotebook')  # modules that choose between a notebook and a terminal bar on import
+
+@contextmanager
+def as_in_terminal():
+    "While a script runs in an engine, libraries see a terminal, not a notebook (text progress bars, as under torchrun)"
+    try: from IPython import get_ipython
+    except ImportError: get_ipython = lambda: None
+    cfg = getattr(get_ipython(), 'config', None)
+    kept = cfg.pop('IPKernelApp') if cfg is not None and 'IPKernelApp' in cfg else None  # what tqdm and transformers look for
+    mods = {m: sys.modules.pop(m) for m in NOTEBOOK_PROBES if m in sys.modules}
+    try:  # tqdm.auto picks its bar from tqdm.autonotebook (which looks for ipykernel): a terminal's, here
+        import tqdm.std
+        sys.modules['tqdm.autonotebook'] = stub = types.ModuleType('tqdm.autonotebook')
+        stub.tqdm, stub.trange, stub.__all__ = tqdm.std.tqdm, tqdm.std.trange, ['tqdm', 'trange']
+    except ImportError: pass
+    try: yield
+    finally:
+        if kept is not None: cfg['IPKernelApp'] = kept
+        for m in NOTEBOOK_PROBES: sys.modules.pop(m, None)
+        for m, mod in mods.items():  # as they were, in sys.modules and as attributes of their package
+            sys.modules[m] = mod
+            pkg, _, name = m.rpartition('.')
+            if pkg in sys.modules: setattr(sys.modules[pkg], name, mod)
 
 # %% ../nbs/01c_scripts.ipynb #a8cd7681
 def _exit(e:SystemExit) -> int:
@@ -71,11 +97,12 @@ def run_rank(path:str, # absolute path of the script
         os.environ.update(env)
         reset_accelerate()  # an Accelerator() in the script sets up its own state (and group) from this environment
         from ddp_nb.fabric import fabric_ready  # (imports torch: here, on the rank)
-        fabric_ready()  # a Lightning Fabric script: started from outside, as under torchrun (a no-op without Lightning)
+        with as_in_terminal(): fabric_ready()  # a Lightning Fabric script: started from outside, as under torchrun (a no-op without Lightning); Lightning picks its bar on import
         sys.argv = [path, *args]
         sys.path.insert(0, saved['script_dir'])  # as `python path` does
         if cwd and os.path.isdir(cwd): os.chdir(cwd)
-        try: runpy.run_path(path, run_name='__main__')
+        try:
+            with as_in_terminal(): runpy.run_path(path, run_name='__main__')  # text progress bars, as under torchrun
         except SystemExit as e:
             code = _exit(e)
             if code: error = _script_traceback(e, path)

@@ -86,9 +86,232 @@ def test_bare_ipyparallel_baseline():
         assert err is None, out
         got, printed, bad = count(k, range(RUNS), labelled=False)
         NUMBERS['bare ipyparallel %%px: lines delivered / printed'] = [got, printed]
+        took = []
+        for i in range(3):
+            mid, frames, _, err = watch(k, Frontend(), f"%%px\nimport time\nprint(f'first {{rank}} {i}')\ntime.sleep(2.5)")
+            took.append(round(next(t for t, _, _, shown in frames if 'first' in shown), 3))  # (it streams as a display, re-sent whole)
+        NUMBERS['bare ipyparallel %%px: first line of a cell, seconds (3 runs)'] = took
     finally:
         try: k.run("rc.shutdown(hub=True)\nc.stop_cluster_sync()", timeout=60)
         finally: k.kc.stop_channels(); k.km.shutdown_kernel(now=True)
     (ROOT / 'build').mkdir(exist_ok=True)
     (ROOT / 'build' / 'px_output.json').write_text(json.dumps(NUMBERS, indent=1))
     print(json.dumps(NUMBERS, indent=1))
+
+
+# ---- Everything a notebook shows, live (issue 24, items 5-7): the iopub messages applied as a frontend applies them
+import pytest
+
+LIVE = {}  # numbers measured here, written to build/px_live.json
+
+
+class Frontend:
+    "A notebook's output areas as a frontend keeps them: outputs in order, streams joined per name with '\\r' applied, displays updated by id (in every cell), clear_output(wait)"
+    def __init__(self): self.cells = {}
+
+    def apply(self, cell, kind, c):
+        area = self.cells.setdefault(cell, {'outs': [], 'wait': False})
+        if kind in ('stream', 'display_data', 'execute_result') and area['wait']: area['outs'], area['wait'] = [], False
+        if kind == 'stream':
+            last = area['outs'][-1] if area['outs'] else None
+            if last and last['kind'] == 'stream' and last['name'] == c['name']: last['text'] += c['text']
+            else: area['outs'].append({'kind': 'stream', 'name': c['name'], 'text': c['text']})
+        elif kind in ('display_data', 'execute_result'):
+            area['outs'].append({'kind': 'display', 'data': c['data'], 'id': c.get('transient', {}).get('display_id')})
+        elif kind == 'update_display_data':
+            did = c['transient']['display_id']
+            for a in self.cells.values():
+                for o in a['outs']:
+                    if o['kind'] == 'display' and o['id'] == did: o['data'] = c['data']
+        elif kind == 'clear_output':
+            if c['wait']: area['wait'] = True
+            else: area['outs'] = []
+
+    def text(self, cell) -> str:
+        "What the cell's output area shows, as text"
+        out = []
+        for o in self.cells.get(cell, {'outs': []})['outs']:
+            if o['kind'] == 'stream': out.append(''.join(l.rsplit('\r', 1)[-1] + '\n' for l in o['text'].split('\n')[:-1]) + o['text'].split('\n')[-1].rsplit('\r', 1)[-1])
+            else: out.append(o['data'].get('text/plain', '') + '\n')
+        return ANSI.sub('', ''.join(out))
+
+    def kinds(self, cell) -> list:
+        return [o['kind'] for o in self.cells.get(cell, {'outs': []})['outs']]
+
+
+def watch(kern, front, code, timeout=120):
+    "Run a cell, applying its messages to `front`; (cell id, [(seconds, message type, content, text shown after it)], seconds to idle, error)"
+    mid, t0 = kern.kc.execute(code), time.monotonic()
+    frames, err = [], None
+    while True:
+        assert time.monotonic() - t0 < timeout, f'cell did not finish: {front.text(mid)[-2000:]}'
+        try: m = kern.kc.get_iopub_msg(timeout=0.02)
+        except queue.Empty: continue
+        if m['parent_header'].get('msg_id') != mid: continue
+        kind, c = m['msg_type'], m['content']
+        if kind == 'status' and c['execution_state'] == 'idle': break
+        if kind == 'error': err = f"{c['ename']}: {c['evalue']}"
+        front.apply(mid, kind, c)
+        frames.append((time.monotonic() - t0, kind, c, front.text(mid)))
+    return mid, frames, time.monotonic() - t0, err
+
+
+def lines_of(text, rank):
+    return [l for l in text.splitlines() if l.startswith(f'[rank {rank}]')]
+
+
+@pytest.fixture(scope='module')
+def kl():
+    "A real kernel (streaming %%px output, no IPP_NONINTERACTIVE) with a 2-rank cluster, and its frontend"
+    assert ours() == []
+    k = Kernel()
+    _, out, err, _ = k.run("from ddp_nb import DDPCluster\ncl = DDPCluster(n=2).start()")
+    assert err is None, out
+    _, out, err, _ = k.run("%%px\nimport time, sys\nfrom IPython.display import display, update_display, clear_output", timeout=60)  # a first cell
+    assert err is None, out
+    yield k, Frontend()
+    k.close()
+    (ROOT / 'build').mkdir(exist_ok=True)
+    (ROOT / 'build' / 'px_live.json').write_text(json.dumps(LIVE, indent=1))
+    print(json.dumps(LIVE, indent=1))
+
+
+def test_first_line_latency(kl):
+    "The first line a cell prints shows within a fraction of a second (ipyparallel's %%px --stream: 0.2 s; ddp_nb held it 2 s)"
+    k, front = kl
+    took = []
+    for i in range(3):  # (a cell longer than ipyparallel's 2 s, which held the first line until then)
+        mid, frames, _, err = watch(k, front, f"%%px\nimport time\nprint(f'first {{rank}} {i}')\ntime.sleep(2.5)\nprint('last')")
+        assert err is None, front.text(mid)
+        first = next(t for t, _, _, shown in frames if '[rank 0] first' in shown or '[rank 1] first' in shown)
+        took.append(round(first, 3))
+    LIVE['first line of a %%px cell, seconds (3 runs)'] = took
+    assert sorted(took)[1] < 1.5, took  # the goal (<= 0.3 s) is measured and reported, not asserted: the machine is shared
+
+
+def test_display_updates_in_place(kl):
+    "display(..., display_id=True) + .update() and update_display(display_id=...) move in place per rank, live; a later cell updates them too"
+    k, front = kl
+    code = ("%%px\nimport time\nfrom IPython.display import display, update_display\n"
+            "h = display(f'rank {rank} step 0', display_id=True)\ndisplay(f'rank {rank} fixed 0', display_id='fixed')\n"
+            "for i in range(1, 8):\n    time.sleep(0.25); h.update(f'rank {rank} step {i}')\n"
+            "update_display(f'rank {rank} fixed 1', display_id='fixed')")
+    mid, frames, took, err = watch(k, front, code)
+    text = front.text(mid)
+    assert err is None, text
+    for r in (0, 1):
+        assert text.count(f'rank {r} step 7') == 1 and f'rank {r} fixed 1' in text and f'rank {r} fixed 0' not in text, text
+        assert not any(f'rank {r} step {i}' in text for i in range(7)), text
+        seen = {i for t, _, _, shown in frames for i in range(1, 7) if f"rank {r} step {i}'" in shown and t < took - 0.3}
+        assert len(seen) >= 3, (r, seen)  # intermediate frames arrived while the cell ran
+    LIVE['display updates: frames of rank 0 seen while running (of 6)'] = len(seen)
+    mid2, _, _, err = watch(k, front, "%%px\nupdate_display(f'rank {rank} fixed 2', display_id='fixed')")
+    assert err is None and all(f'rank {r} fixed 2' in front.text(mid) for r in (0, 1)), front.text(mid)  # the earlier cell's display
+
+
+def test_clear_output_redraws_each_rank(kl):
+    "clear_output(wait=True) + print in a loop: each rank's latest frame, redrawn in place, live"
+    k, front = kl
+    code = ("%%px\nimport time\nfrom IPython.display import clear_output\n"
+            "for i in range(8):\n    clear_output(wait=True); print(f'rank {rank} frame {i}'); time.sleep(0.2)")
+    mid, frames, took, err = watch(k, front, code)
+    text = front.text(mid)
+    assert err is None, text
+    for r in (0, 1):
+        assert lines_of(text, r) == [f'[rank {r}] rank {r} frame 7'], text
+        seen = {i for t, _, _, shown in frames for i in range(7) if f'rank {r} frame {i}' in shown and t < took - 0.2}
+        assert len(seen) >= 3, (r, seen)
+
+
+def test_carriage_return_progress_in_place(kl):
+    "A '\\r' progress line (tqdm in a terminal): one line per rank, moving in place, its last state kept; lines after it below"
+    k, front = kl
+    code = ("%%px\nimport sys, time\nfor i in range(16):\n    sys.stderr.write(f'\\rrank {rank} {i}/15'); sys.stderr.flush(); time.sleep(0.1)\n"
+            "sys.stderr.write('\\n'); print(f'rank {rank} done')")
+    mid, frames, took, err = watch(k, front, code)
+    text = front.text(mid)
+    assert err is None, text
+    for r in (0, 1):
+        assert lines_of(text, r) == [f'[rank {r}] rank {r} 15/15', f'[rank {r}] rank {r} done'], text
+        seen = {i for t, _, _, shown in frames for i in range(15) if f'rank {r} {i}/15\n' in shown and t < took - 0.3}
+        assert len(seen) >= 3, (r, seen)
+    updates = sum(kind == 'update_display_data' for _, kind, _, _ in frames)
+    LIVE["'\\r' progress: 16 steps x 2 ranks drawn with display updates"] = updates
+    assert updates <= 2 * 16 + 2, updates  # at most one redraw per step and rank (throttled to 10 a second)
+
+
+def test_tqdm_in_px(kl):
+    "tqdm's terminal bar: one bar per rank in place; tqdm.auto's notebook bar: its widget shown at once, its updates forwarded live"
+    k, front = kl
+    mid, frames, took, err = watch(k, front, "%%px\nfrom tqdm import tqdm\nimport time\nfor i in tqdm(range(30), desc=f'rank {rank}'): time.sleep(0.04)")
+    text = front.text(mid)
+    assert err is None, text
+    for r in (0, 1):
+        bars = [l for l in lines_of(text, r) if f'rank {r}:' in l]
+        assert len(bars) == 1 and '30/30' in bars[0], text
+        seen = {i for t, _, _, shown in frames for i in range(1, 30) if f'| {i}/30 [' in shown and f'[rank {r}] rank {r}:' in shown and t < took - 0.3}
+        assert len(seen) >= 2, (r, seen)
+    mid, frames, took, err = watch(k, front, "%%px\nfrom tqdm.auto import tqdm\nimport time\nfor i in tqdm(range(30)): time.sleep(0.05)")
+    assert err is None, front.text(mid)
+    widgets = [t for t, kind, c, _ in frames if kind == 'display_data' and 'application/vnd.jupyter.widget-view+json' in c['data']]
+    comms = [t for t, kind, _, _ in frames if kind == 'comm_msg']
+    assert len(widgets) == 2 and widgets[-1] < 1.5, widgets  # shown at once (was 2 s)
+    assert comms and min(comms) < took - 0.5, (comms[:3], took)  # the bars' updates reach the frontend while the cell runs
+    LIVE['tqdm.auto widget bars shown after, seconds'] = [round(t, 3) for t in widgets]
+
+
+SCRIPT = '''import time, torch.distributed as dist
+from tqdm.auto import tqdm
+dist.init_process_group('gloo')
+r = dist.get_rank()
+bar = tqdm(range(20), desc=f'train rank {r}')
+for i in bar:
+    time.sleep(0.05)
+    if i % 5 == 4: bar.write(f"{{'loss': {1 / (i + 1):.3f}, 'step': {i + 1}, 'rank': {r}}}")
+bar.close()
+dist.destroy_process_group()
+'''
+
+
+def test_run_script_progress_bars(kl, tmp_path):
+    "cl.run_script of a tqdm.auto script shows what torchrun shows in a terminal: a text bar per rank moving in place, the loss lines"
+    k, front = kl
+    (tmp_path / 'train.py').write_text(SCRIPT)
+    mid, frames, took, err = watch(k, front, f"_ = cl.run_script({str(tmp_path / 'train.py')!r})")
+    text = front.text(mid)
+    assert err is None, text
+    for r in (0, 1):
+        bars = [l for l in lines_of(text, r) if f'train rank {r}:' in l]
+        assert len(bars) == 1 and '20/20' in bars[0], text
+        assert sum(f"'rank': {r}}}" in l for l in lines_of(text, r)) == 4, text  # the loss lines
+        seen = {i for t, _, _, shown in frames for i in range(1, 20) if f'| {i}/20 [' in shown and f'train rank {r}:' in shown and t < took - 0.3}
+        assert len(seen) >= 2, (r, seen)
+
+
+def test_transformers_trainer_progress(kl, tmp_path):
+    "🤗 Trainer in a %%px cell: its notebook progress bar and loss table (a display updated by id) move while it trains"
+    pytest.importorskip('transformers')
+    k, front = kl
+    code = f'''%%px
+import time, torch
+from transformers import Trainer, TrainingArguments
+class M(torch.nn.Module):
+    def __init__(s): super().__init__(); s.l = torch.nn.Linear(4, 1)
+    def forward(s, x, y):
+        time.sleep(0.1)
+        return {{'loss': torch.nn.functional.mse_loss(s.l(x).squeeze(-1), y)}}
+torch.manual_seed(0)
+ds = [{{'x': torch.randn(4), 'y': torch.randn(())}} for _ in range(128)]
+args = TrainingArguments(output_dir={str(tmp_path)!r}, per_device_train_batch_size=4, max_steps=16, logging_steps=4, report_to=[],
+                         save_strategy='no', use_cpu=True, disable_tqdm=False)
+Trainer(model=M(), args=args, train_dataset=ds).train()'''
+    mid, frames, took, err = watch(k, front, code, timeout=240)
+    text = front.text(mid)
+    assert err is None, text
+    htmls = [(t, c['data']['text/html']) for t, kind, c, _ in frames if kind in ('display_data', 'update_display_data') and 'text/html' in c.get('data', {})]
+    assert htmls, text
+    final = [o for o in front.cells[mid]['outs'] if o['kind'] == 'display' and 'text/html' in o['data']]
+    assert any('16/16' in o['data']['text/html'] and 'Training Loss' in o['data']['text/html'] for o in final), [o['data']['text/html'][:300] for o in final]
+    steps = {m for t, h in htmls for m in re.findall(r'\[ ?(\d+)/16', h) if t < took - 0.5}
+    assert len(steps) >= 3, steps  # the bar moved while it trained
+    LIVE["Trainer's notebook bar: steps seen while training (of 16)"] = sorted(map(int, steps))

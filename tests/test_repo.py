@@ -54,7 +54,7 @@ def test_every_notebook_has_a_python3_kernelspec():
         ks = json.loads(p.read_text())['metadata'].get('kernelspec', {})
         assert ks.get('name') == 'python3', f"{p.name} has no python3 kernelspec: JupyterLab would ask for a kernel"
 
-PRIVATE_REACHES = re.compile(r"\.(_outstanding_dict|_engines|_config|_targets|_children|_really_apply|_NONINTERACTIVE|_fname"
+PRIVATE_REACHES = re.compile(r"\.(_outstanding_dict|_engines|_config|_targets|_children|_really_apply|_NONINTERACTIVE|_fname|create_message_futures|iopub_callbacks"
                              r"|_get_sequence_number_for_group|_get_default_group|_world|_compress_hook|_reset_state|_execution_engine|_IS_INTERACTIVE|_MultiProcessingLauncher)\b"
                              r"|\.showtraceback\s*=|\.process\s*=")
 
