@@ -228,11 +228,13 @@ def death_cause(exit_code:int|None, # the process's exit status; negative: kille
     return f"exited with status {exit_code}"
 
 _exits = {}  # pid -> exit status (negative: the signal that ended it)
+_watched = {}  # pid -> the process object a launcher waits on (kept once ipyparallel forgets the launcher)
 
 class _RecordingProcess(psutil.Process):
     "A psutil.Process whose `wait` also records the exit status for `death_cause`"
     def wait(self, timeout=None):
         code = super().wait(timeout)
+        if code is None: return _exits.get(self.pid)  # another wait reaped it first (psutil says None then): keep what that one saw
         _exits[self.pid] = code
         return code
 
@@ -241,8 +243,9 @@ def watch_exits(cluster, # an ipyparallel Cluster whose engines run
     "Make ipyparallel's launchers record how each local engine exits"
     for l in engine_launchers(cluster):
         proc = launcher_process(l)
-        if isinstance(proc, psutil.Process) and not isinstance(proc, _RecordingProcess):
-            proc.__class__ = _RecordingProcess  # the very object its launcher's thread waits on (a new one is picked up a wait later)
+        if isinstance(proc, psutil.Process):
+            if not isinstance(proc, _RecordingProcess): proc.__class__ = _RecordingProcess  # the very object its launcher's thread waits on
+            _watched[proc.pid] = proc
 
 def exit_code(cluster, # the ipyparallel Cluster that started the engine
               pid:int, # the engine's pid
@@ -251,10 +254,10 @@ def exit_code(cluster, # the ipyparallel Cluster that started the engine
     if pid in _exits: return _exits[pid]
     if pid in (ended := engine_exits(cluster)): return ended[pid]  # its launcher is gone once ipyparallel handled the end (between cells)
     l = next((l for l in engine_launchers(cluster) if getattr(l, 'pid', None) == pid), None)
-    if l is None: return None
     code = (getattr(l, 'stop_data', None) or {}).get('exit_code')
-    if code is None and launcher_process(l) is not None:
-        try: code = launcher_process(l).wait(0.5)
+    proc = _watched.get(pid) or (launcher_process(l) if l is not None else None)
+    if code is None and proc is not None:
+        try: code = proc.wait(0.5)  # (psutil keeps the status of a process it reaped: the launcher's thread waits on this object)
         except Exception: pass
     return code
 

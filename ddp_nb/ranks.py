@@ -4,7 +4,7 @@
 
 # %% ../nbs/02_ranks.ipynb #eb5f80a9
 from __future__ import annotations
-import os, signal, time
+import copy, os, signal, time
 from collections import namedtuple
 from .core import parse_ranks, rank_device
 from .host import host_identity, pid_alive
@@ -58,10 +58,8 @@ class RankSet:
 
     def __len__(self): return len(self.plan)
     def snapshot(self) -> RankSet:
-        "The same ranks as planned now (a restart replaces the plan, not the snapshot's), sharing the client and the ended engines"
-        s = RankSet(self.rc, self.plan, self.me)
-        s.ended = self.ended
-        return s
+        "The same ranks as planned now, sharing the client and the ended engines (a restart replaces the plan list, never changes it: nothing is copied)"
+        return copy.copy(self)
     def select(self, ranks=None) -> list[int]:
         "The ranks `ranks` names (int, list, '0,2', '1:3', 'all' or None for all), checked"
         return list(range(len(self.plan))) if ranks is None else parse_ranks(ranks, len(self.plan))

@@ -494,6 +494,8 @@ def result(self:Supervisor, ar, # a task sent through a supervised view
           ):
     "Before `ar.get()` returns or raises: wait as a blocking cell does, and raise the error it would (ranks named, the cause first; `ClusterGone` once the controller is gone). A blocking call's errors stay ipyparallel's"
     w, deadline = self.watch(ar), None if timeout is None else time.monotonic() + timeout
+    if not (self.active or ar.ready() or w.gone or w.interrupted):  # its answer can never come
+        raise RuntimeError(f"The cluster was stopped (cl.stop()) before this task ({task_name(ar)}, sent in {w.cell}) finished: its result is lost.")
     if w.blocking:  # the background watcher supervises it: only the controller is looked at here
         while not ar.ready() and not self.outside():
             if deadline is not None and time.monotonic() >= deadline: return
