@@ -27,7 +27,7 @@ from .dashboard import Collector, Dashboard
 from .compat_ipp import session_key
 
 # %% auto #0
-__all__ = ['DDPCluster']
+__all__ = ['DDPCluster', 'outside_message']
 
 # %% ../nbs/02g_cluster.ipynb #7d74e8f3
 def _wait_stopped(rs:RankSet, ranks:list, wait:float) -> list:
@@ -70,7 +70,7 @@ class DDPCluster:
         self.persistent, self.port, self.per_host, self.attached = persistent, port, n, False
         self.cluster_id = self.start_time = self.master_addr = self.master_port = None
         self._ipp = self._rc = self._view = self._fin = self._collector = self._history = self._dash = None
-        self._ranks, self._sup = RankSet(None), None
+        self._ranks, self._sup, self._outside = RankSet(None), None, None  # (_outside: the message once stopped outside this notebook)
         self.grace = 2.0  # seconds the other ranks get to finish after one fails, before they count as stuck and are ended
         self.hang_after = 'auto'  # seconds without progress before the watchdog reports a hang; 'auto' (`supervise.hang_limit`); None: never
         if engines == 'local':
@@ -174,8 +174,9 @@ class DDPCluster:
     # ---- recovery
     def interrupt(self, grace:float=1, # seconds the ranks get to stop after the first SIGINT (half that after the second)
                   ar=None, # the interrupted AsyncResult, to report what each rank did
-                 ) -> dict: # rank -> what happened: 'stopped' (cooperatively), 'interrupted', 'ended', 'finished'
+                 ) -> dict: # rank -> what happened: 'stopped' (cooperatively), 'interrupted', 'ended', 'finished'; 'gone': stopped outside this notebook
         "Stop what the ranks are running: at the same batch where loops allow it, else by SIGINT; replace ranks still stuck"
+        if self._stopped_outside(): print(self._outside, file=sys.stderr); return {r: 'gone' for r in range(self.world_size)}
         self._live()
         self._sup.claim_all()  # what happened to each rank is reported here, not by the background watcher
         rs, running, t0 = self._ranks, self._ranks.running(), time.monotonic()
@@ -183,7 +184,7 @@ class DDPCluster:
         if ar is None and self._sup.last_ar is not None and not self._sup.last_ar.ready(): ar = self._sup.last_ar
         stopped = stopped_ranks(rs, running)
         if stopped:  # cannot handle a signal; ending them frees the ranks waiting for them, with their state
-            rs.end(stopped); running = [r for r in rs.running() if r not in stopped]
+            rs.end(stopped, why='was stopped (SIGSTOP or a debugger), and was ended by cl.interrupt()'); running = [r for r in rs.running() if r not in stopped]
         ended = list(stopped)
         etas = [getattr(self._collector.ranks.get(r), 'stop_eta', None) if self._collector else None for r in running]
         if etas and all(e is not None for e in etas): grace = max(grace, min(60, 1.5 * max(etas) + 0.5))  # slow steps: let the vote agree
@@ -191,7 +192,7 @@ class DDPCluster:
             rs.signal(signal.SIGINT, running)
             running = _wait_stopped(rs, running, wait)
             if not running: break
-        if running: rs.end(running); ended += running
+        if running: rs.end(running, why='was still running (in a collective?), and was ended by cl.interrupt()'); ended += running
         if ar is not None: ar.wait(5)
         died = [r for r in rs.gone() if r not in ended]  # engines that exited instead of stopping
         ended += died
@@ -205,19 +206,23 @@ class DDPCluster:
                 + [f"ranks {stuck} were stuck (in a collective?) and were ended"] * bool(stuck) \
                 + [f"the engine of rank {r} {self._death(r)}" for r in died]
             kept = [r for r in range(self.world_size) if r not in ended]
-            print(f"Interrupted: every rank stopped in {took:.1f}s; {'; '.join(why)}: their state is lost"
-                  + (f"; ranks {kept} kept theirs" if kept else '') + ". Replacing the ended ranks:", file=sys.stderr)
+            said = (f"every rank stopped in {took:.1f}s; {'; '.join(why)}: their state is lost" + (f"; ranks {kept} kept theirs" if kept else '') + ".")
+            print(f"Interrupted: {said} Replacing the ended ranks:", file=sys.stderr)
+            self._sup.interrupted(ar, f"{said} cl.interrupt() replaced ranks {ended}: re-run your setup cells on them.")
             self.restart(ended)
         elif all(v == 'stopped' for v in out.values()):
-            print(f"Stopped cooperatively: every rank stopped in {took:.1f}s, before the same batch; nothing lost, the process "
-                  f"group is healthy. Run the cell again to continue.", file=sys.stderr)
+            said = f"every rank stopped in {took:.1f}s, before the same batch; nothing lost, the process group is healthy."
+            print(f"Stopped cooperatively: {said} Run the cell again to continue.", file=sys.stderr)
+            self._sup.interrupted(ar, f"stopped cooperatively by cl.interrupt(): {said}")
         else:
             healthy = self.check()
             if not healthy: self.reform()
-            print(f"Interrupted: every rank stopped in {took:.1f}s ({', '.join(f'rank {r}: {v}' for r, v in out.items())}); every rank kept its "
-                  + ("state, and the process group is healthy." if healthy else
-                     "state. The ranks were out of step, so the process group was re-created: rebuild what was bound to the "
-                     "old one (model = rewrap(model))."), file=sys.stderr)
+            said = (f"every rank stopped in {took:.1f}s ({', '.join(f'rank {r}: {v}' for r, v in out.items())}); every rank kept its "
+                    + ("state, and the process group is healthy." if healthy else
+                       "state. The ranks were out of step, so the process group was re-created: rebuild what was bound to the "
+                       "old one (model = rewrap(model))."))
+            print(f"Interrupted: {said}", file=sys.stderr)
+            self._sup.interrupted(ar, f"by cl.interrupt(): {said}")
         return out
 
     def restart(self,
@@ -225,6 +230,7 @@ class DDPCluster:
                 wait:float=30, # engines on other hosts: seconds to wait for enough spare engines (started by you) to register
                ) -> DDPCluster:
         "Replace dead or stuck engines with fresh ones (started here, or spare engines registered from other hosts), keep the others and their ranks, and form a new process group"
+        if self._stopped_outside(): return self._start_again()  # nothing left to keep
         if self._rc is None: raise RuntimeError("No cluster to restart: call cl.start() first (restart replaces ranks of a started cluster).")
         rs = self._ranks
         if ranks == 'all': ranks = list(range(self.world_size))
@@ -232,7 +238,7 @@ class DDPCluster:
         ranks = sorted(set(ranks) | set(rs.gone()))  # a dead rank is always replaced
         t0 = time.monotonic()
         self._sup.claim_all()  # tasks of replaced ranks end here: no notices from the background watcher
-        if ranks: rs.end(ranks)  # also an engine the controller dropped (missed heartbeats) that still runs here
+        if ranks: rs.end(ranks, why='was ended by cl.restart()')  # also an engine the controller dropped (missed heartbeats) that still runs here
         keep = {p['engine_id']: p['rank'] for p in rs.plan if p['rank'] not in ranks}
         new_ids = self._replacements(ranks, wait)
         if keep: teardown(rs, list(keep.values()), timeout=self.timeout)
@@ -465,6 +471,7 @@ class DDPCluster:
     # ---- the parts
     def _live(self):
         "Fail clearly unless the cluster is running"
+        if self._stopped_outside(): raise ClusterGone(self._outside)
         if self._view is None:
             state = 'was stopped' if self.cluster_id else 'is not started'
             raise RuntimeError(f"This DDPCluster {state}: call cl.start() (or use `with DDPCluster() as cl:`) first.")
@@ -473,10 +480,12 @@ class DDPCluster:
                   t0:float, # time.monotonic() when starting began
                  ) -> DDPCluster:
         "Connect, form the checked process group, start the dashboard's collector and activate `%%px`; on any failure stop, leaving nothing"
+        self._outside = None
         try:
             connect()
             self._ranks = RankSet(self._rc)
-            self._sup = Supervisor(self._ranks, self.cluster_id, self.timeout, progress=lambda: self._collector, death=self._death, limits=self)
+            self._sup = Supervisor(self._ranks, self.cluster_id, self.timeout, progress=lambda: self._collector, death=self._death, limits=self,
+                                   gone=self._controller_gone, on_gone=self._forget)
             self._form_group()
             self._collector = Collector(collector_host(self._ranks, self.ifname), session_key(self._rc), world=self.world_size)
             self._connect_reporters()
@@ -507,7 +516,56 @@ class DDPCluster:
         "Connect the reporters of `ranks` (None: all) to the kernel's collector"
         self._ranks.call(connect_reporter, self._collector.addr, self._collector.nonce, ranks=ranks, interval=batch_interval(self.world_size), what='Connecting the ranks to the dashboard', timeout=self.timeout)
 
-    def _death(self, r:int) -> str:
-        "How the engine of rank `r` ended, in words: its exit status when it ran on this host"
-        if self._ranks.is_local(r): return death_cause(exit_code(self._ipp, self._ranks.plan[r]['pid']))
+    def _death(self, r:int, pid:int|None=None) -> str:
+        "How the engine of rank `r` (process `pid`; None: its engine now) ended, in words: its exit status when it ran on this host"
+        if self._ranks.is_local(r): return death_cause(exit_code(self._ipp, self._ranks.plan[r]['pid'] if pid is None else pid))
         return "died (its exit status is known on its own host only)"
+
+# %% ../nbs/02g_cluster.ipynb #d4e7f0a1
+import threading
+from fastcore.basics import patch
+from .compat_ipp import abandon_client
+from .engines import controller_down
+from .supervise import ClusterGone
+
+def outside_message(cluster_id:str, # the cluster's id
+                    attached:bool=False, # whether ddp_nb attached to it (then it is attached again, not started)
+                   ) -> str:
+    "What the notebook says once a cluster was stopped outside it"
+    again = "attach to a running one again with DDPCluster.attach(...)" if attached else "run cl.start() (or cl.restart()) to start it again"
+    return (f"The cluster {cluster_id} was stopped outside this notebook (its controller is gone: the STOP button of ipyparallel's "
+            f"cluster sidebar, `ipcluster stop`, or a kill): {again}; every rank starts fresh, so re-run your setup cells.")
+
+_forgetting = threading.Lock()
+
+@patch
+def _controller_gone(self:DDPCluster) -> str|None:
+    "The message if the controller of this running cluster is gone, else None (only looks: `Supervisor.outside` acts on it)"
+    rc = self._rc
+    return outside_message(self.cluster_id, self.attached) if rc is not None and controller_down(self._ipp, rc) else None
+
+@patch
+def _forget(self:DDPCluster, why:str):
+    "The controller is gone: end every wait on the cluster, stop what is left of it (no process stays), and make `%%px` say `why`"
+    with _forgetting:
+        if self._rc is None: return
+        self._outside = why
+        abandon_client(self._rc)
+        deactivate(self, self.cluster_id, why)
+        if not self.attached: kill_procs(cluster_procs(self.cluster_id), grace=0.2)  # nothing there answers a polite stop any more
+        self.stop()
+
+@patch
+def _stopped_outside(self:DDPCluster) -> str|None:
+    "Look now: the message if this cluster was stopped outside this notebook (then it is stopped here too), else None"
+    if self._rc is not None and self._sup is not None: self._sup.outside(every=0)
+    return self._outside if self._rc is None else None
+
+@patch
+def _start_again(self:DDPCluster) -> DDPCluster:
+    "`restart()` of a cluster stopped outside this notebook: a new cluster, every rank new"
+    t0 = time.monotonic()
+    self.start()
+    print(f"Started again in {time.monotonic() - t0:.1f}s (the cluster was stopped outside this notebook): every rank is a new engine, "
+          f"new process group on port {self.master_port}. Re-run your setup cells (imports, data, model, optimizer) on every rank.")
+    return self

@@ -12,7 +12,8 @@ __all__ = ['tested_versions', 'min_versions', 'OUTPUT_MSGS', 'CompatError', 'ins
            'check_versions', 'engine_uuids', 'pending_tasks', 'controller_url', 'noninteractive', 'task_futures',
            'has_task_futures', 'task_output', 'task_name', 'supervised_view', 'record_outputs', 'task_events',
            'engine_launchers', 'launcher_process', 'replace_launcher_process', 'engine_registration_url',
-           'on_uncaught_error', 'session_key', 'bind_engine_kernel']
+           'on_uncaught_error', 'session_key', 'bind_engine_kernel', 'supervised_result', 'controller_process',
+           'hub_answers', 'abandon_client', 'engine_exits']
 
 # %% ../nbs/00b_compat_ipp.ipynb #72e936ea
 tested_versions = dict(ipyparallel='9.2', IPython='9.18')  # major.minor the tests of this module ran against
@@ -101,12 +102,14 @@ def task_name(ar, default:str='task') -> str:
 # %% ../nbs/00b_compat_ipp.ipynb #0d5fc8c3
 def supervised_view(view, # an ipyparallel DirectView
                     watch, # called as watch(ar, blocking) for every task sent through `view`
+                    before=None, # called as before(targets) ahead of every task (the view's targets where none are given): may raise to refuse it
                    ):
     "`view` itself, its class swapped for a DirectView subclass that sends every task non-blocking and hands it to `watch` (overrides ipyparallel 9.2's (tested) `DirectView._really_apply`)"
     from ipyparallel.client.view import DirectView
     if not callable(getattr(DirectView, '_really_apply', None)): raise missing('DirectView._really_apply')
     class SupervisedView(DirectView):
         def _really_apply(self, f, args=None, kwargs=None, targets=None, block=None, **kw):
+            if before is not None: before(self.targets if targets is None else targets)
             block = self.block if block is None else block
             ar = super()._really_apply(f, args, kwargs, targets=targets, block=False, **kw)
             if has_task_futures(ar): watch(ar, block)
@@ -114,6 +117,7 @@ def supervised_view(view, # an ipyparallel DirectView
             try: return ar.get()
             except KeyboardInterrupt: return ar
         def execute(self, code, silent=True, targets=None, block=None, **kw):
+            if before is not None: before(self.targets if targets is None else targets)
             block = self.block if block is None else block
             ar = super().execute(code, silent=silent, targets=targets, block=False, **kw)
             watch(ar, block)
@@ -207,6 +211,64 @@ def bind_engine_kernel() -> str: # the kernel's connection file, for `jupyter co
     ipyparallel.bind_kernel()
     try: return IPEngine.instance().kernel_app.abs_connection_file
     except AttributeError: raise missing('IPEngine.kernel_app.abs_connection_file') from None
+
+# %% ../nbs/00b_compat_ipp.ipynb #f3a91c41
+_result_classes = {}  # an AsyncResult class -> its supervised subclass
+
+def supervised_result(ar, # an ipyparallel AsyncResult (or AsyncMapResult)
+                      resolve, # called as resolve(ar, timeout) before `ar.get` returns or raises: may raise an error of its own
+                     ):
+    "`ar` itself, its class swapped for a subclass whose `get` (so `ar.r` and `%pxresult` too) calls `resolve` first (overrides ipyparallel 9.2's (tested) `AsyncResult.get(timeout, return_exceptions, return_when)`)"
+    from ipyparallel import AsyncResult
+    if not isinstance(ar, AsyncResult) or type(ar) in _result_classes.values(): return ar
+    base = type(ar)
+    if base not in _result_classes:
+        class SupervisedResult(base):
+            def get(self, timeout=None, return_exceptions=None, return_when=None):
+                forever = timeout is None or timeout < 0
+                raw = return_exceptions or (return_exceptions is None and getattr(self, '_return_exceptions', False)) or return_when is not None
+                if raw: return super().get(timeout, return_exceptions, return_when)
+                self._ddp_nb_resolve(self, None if forever else timeout)
+                return super().get(None if forever else 0)  # resolve waited already
+        SupervisedResult.__name__ = SupervisedResult.__qualname__ = base.__name__  # reprs stay ipyparallel's
+        _result_classes[base] = SupervisedResult
+    ar._ddp_nb_resolve = resolve
+    ar.__class__ = _result_classes[base]
+    return ar
+
+# %% ../nbs/00b_compat_ipp.ipynb #f3a91c44
+def controller_process(cluster, # an ipyparallel Cluster, or None
+                      ):
+    "The controller process `cluster` started on this host (its launcher's `.process`, a psutil.Process in ipyparallel 9.2), None where unknown"
+    return None if cluster is None else launcher_process(getattr(cluster, 'controller', None))
+
+def hub_answers(rc, # a connected Client
+                timeout:float=5, # seconds to wait for the answer
+               ) -> bool:
+    "Whether the controller answers a queue query within `timeout` s (sent by `Client._send` on `Client._query_stream`, tested with ipyparallel 9.2, whose own queries wait without a deadline)"
+    if not (hasattr(rc, '_send') and hasattr(rc, '_query_stream')): raise missing('Client._send and Client._query_stream')
+    try: fut = rc._send(rc._query_stream, 'queue_request', content=dict(targets=[], verbose=False))
+    except Exception: return False  # the client is closed
+    try: fut.result(timeout); return True  # any answer (here an error: no engines named) says it is there
+    except TimeoutError: fut.cancel(); return False  # (cancelled: the client forgets it)
+
+def abandon_client(rc, # a Client whose controller is gone
+                  ):
+    "Close `rc` and fail every task still waiting for an answer, as ipyparallel fails a dead engine's (`Client._handle_stranded_msgs`, tested with ipyparallel 9.2): every wait on them ends"
+    if not hasattr(rc, '_handle_stranded_msgs'): raise missing('Client._handle_stranded_msgs')
+    try: rc.close(linger=0)  # its thread stops: nothing arrives any more
+    except Exception: pass
+    for eid, uuid in list(engine_uuids(rc).items()): rc._handle_stranded_msgs(eid, uuid)
+
+# %% ../nbs/00b_compat_ipp.ipynb #f3a91c47
+def engine_exits(cluster, # an ipyparallel Cluster, or None
+                ) -> dict: # pid -> exit status (negative: the signal), of the engines whose end ipyparallel handled
+    "How the engines of `cluster` ended, from each engine set's `stop_data['engines']` (tested with ipyparallel 9.2: identifier -> dict(exit_code, pid, identifier))"
+    out = {}
+    for es in (getattr(cluster, 'engines', None) or {}).values():
+        for d in ((getattr(es, 'stop_data', None) or {}).get('engines') or {}).values():
+            if isinstance(d, dict) and isinstance(d.get('exit_code'), int): out[d.get('pid')] = int(d['exit_code'])
+    return out
 
 # %% ../nbs/00b_compat_ipp.ipynb #6f2e90b5
 check_versions()

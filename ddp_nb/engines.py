@@ -9,11 +9,12 @@ import psutil
 from .core import engine_count, engines_per_host, mpi_host_args, pick_backend, slurm_script
 from .host import local_cpus, local_gpus, local_ipv4, probe_host, route_source, _ssh_target
 from .processes import ENGINE_CMD, cluster_procs, kill_procs, watch_owner
-from .compat_ipp import engine_launchers, launcher_process, noninteractive, replace_launcher_process
+from .compat_ipp import controller_process, engine_exits, engine_launchers, hub_answers, launcher_process, noninteractive
 
 # %% auto #0
 __all__ = ['ENGINE_MAIN', 'remote_count', 'controller_ip', 'ssh_hosts', 'remote_config', 'ipp_cluster', 'await_registration',
-           'wait_for_engines', 'start_more', 'connect_existing', 'stop_ipp', 'death_cause', 'watch_exits', 'exit_code']
+           'wait_for_engines', 'start_more', 'connect_existing', 'stop_ipp', 'death_cause', 'watch_exits', 'exit_code',
+           'controller_down']
 
 # %% ../nbs/02a_engines.ipynb #c6b42e6d
 def remote_count(engines, # the launcher's name
@@ -228,11 +229,13 @@ def death_cause(exit_code:int|None, # the process's exit status; negative: kille
     return f"exited with status {exit_code}"
 
 _exits = {}  # pid -> exit status (negative: the signal that ended it)
+_watched = {}  # pid -> the process object a launcher waits on (kept once ipyparallel forgets the launcher)
 
 class _RecordingProcess(psutil.Process):
     "A psutil.Process whose `wait` also records the exit status for `death_cause`"
     def wait(self, timeout=None):
         code = super().wait(timeout)
+        if code is None: return _exits.get(self.pid)  # another wait reaped it first (psutil says None then): keep what that one saw
         _exits[self.pid] = code
         return code
 
@@ -241,19 +244,32 @@ def watch_exits(cluster, # an ipyparallel Cluster whose engines run
     "Make ipyparallel's launchers record how each local engine exits"
     for l in engine_launchers(cluster):
         proc = launcher_process(l)
-        if isinstance(proc, psutil.Process) and not isinstance(proc, _RecordingProcess):
-            try: replace_launcher_process(l, _RecordingProcess(proc.pid))
-            except psutil.Error: pass
+        if isinstance(proc, psutil.Process):
+            if not isinstance(proc, _RecordingProcess): proc.__class__ = _RecordingProcess  # the very object its launcher's thread waits on
+            _watched[proc.pid] = proc
 
 def exit_code(cluster, # the ipyparallel Cluster that started the engine
               pid:int, # the engine's pid
              ) -> int|None: # its exit status; None if unknown
     "Exit status of the local engine process `pid`"
     if pid in _exits: return _exits[pid]
+    if pid in (ended := engine_exits(cluster)): return ended[pid]  # its launcher is gone once ipyparallel handled the end (between cells)
     l = next((l for l in engine_launchers(cluster) if getattr(l, 'pid', None) == pid), None)
-    if l is None: return None
     code = (getattr(l, 'stop_data', None) or {}).get('exit_code')
-    if code is None and launcher_process(l) is not None:
-        try: code = launcher_process(l).wait(0.5)
+    proc = _watched.get(pid) or (launcher_process(l) if l is not None else None)
+    if code is None and proc is not None:
+        try: code = proc.wait(0.5)  # (psutil keeps the status of a process it reaped: the launcher's thread waits on this object)
         except Exception: pass
     return code
+
+# %% ../nbs/02a_engines.ipynb #c8d1e5a1
+def controller_down(cluster, # the ipyparallel Cluster that started the controller; None: attached by its connection file
+                    rc, # the connected Client
+                    timeout:float=5, # seconds a controller started elsewhere gets to answer
+                   ) -> bool:
+    "Whether the controller is gone: its process here ended (seen at once), or one started elsewhere did not answer within `timeout` s"
+    p = controller_process(cluster)
+    if p is None: return not hub_answers(rc, timeout)
+    try: return not p.is_running() or p.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess: return True
+    except psutil.Error: return False  # there, but not ours to look at

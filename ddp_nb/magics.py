@@ -4,10 +4,10 @@
 
 # %% ../nbs/02d_magics.ipynb #61cb19b1
 from __future__ import annotations
-import signal, sys, time
+import signal
 from .compat_ipp import record_outputs
 from .outputs import HOLD, RankOutput
-from .supervise import Interrupted, Supervisor
+from .supervise import ClusterGone, Interrupted, Supervisor
 
 # %% auto #0
 __all__ = ['px_magics', 'activate', 'deactivate']
@@ -64,7 +64,10 @@ def activate(owner, # the DDPCluster whose magics these are
     record_outputs(view.client)  # every output message of every task, in order (display updates, clear_output)
     ip = _ipython()
     if ip is None: return
-    ip.magics_manager.register(px_magics(ip, view, sup, interrupt))
+    old = ip.magics_manager.registry.get('SupervisedMagics')  # (a restart makes new magics: %pxresult still finds the last task)
+    magics = px_magics(ip, view, sup, interrupt)
+    if old is not None and _active[0] is owner: magics.last_result = getattr(old, 'last_result', None)
+    ip.magics_manager.register(magics)
     def rank(line, cell):
         "%%rank RANKS [px flags]: run the cell on the ranks RANKS ('0', '0,2', '1:', 'all')"
         spec, _, rest = (' ' + line.strip()).partition(' -')  # flags start with '-'; ranks may contain spaces
@@ -75,11 +78,13 @@ def activate(owner, # the DDPCluster whose magics these are
 
 def deactivate(owner, # the DDPCluster that was stopped
                cluster_id:str, # its id, for the message
+               why:str|None=None, # what happened, if it was stopped outside this notebook (the message then)
               ):
     "Replace the `%%px` and `%%rank` magics with ones that say the cluster is stopped (if they are `owner`'s)"
     ip = _ipython()
     if ip is None or _active[0] is not owner: return
     def gone(line='', cell=None):
+        if why: raise ClusterGone(why)
         raise RuntimeError(f"The DDPCluster behind %px/%rank ({cluster_id}) was stopped: start a new one with cl.start().")
     for name in ('px', 'rank'): ip.register_magic_function(gone, 'line_cell', name)
     _active[0] = None

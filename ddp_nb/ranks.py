@@ -4,7 +4,7 @@
 
 # %% ../nbs/02_ranks.ipynb #eb5f80a9
 from __future__ import annotations
-import os, signal, time
+import copy, os, signal, time
 from collections import namedtuple
 from .core import parse_ranks, rank_device
 from .host import host_identity, pid_alive
@@ -54,8 +54,12 @@ class RankSet:
                  me:str|None=None, # this notebook's host identity (`host.host_identity`)
                 ):
         self.rc, self.plan, self.me = rc, list(plan or []), me or host_identity()
+        self.ended = {}  # (engine id, pid) -> why, for every engine ddp_nb ended on purpose (`end`)
 
     def __len__(self): return len(self.plan)
+    def snapshot(self) -> RankSet:
+        "The same ranks as planned now, sharing the client and the ended engines (a restart replaces the plan list, never changes it: nothing is copied)"
+        return copy.copy(self)
     def select(self, ranks=None) -> list[int]:
         "The ranks `ranks` names (int, list, '0,2', '1:3', 'all' or None for all), checked"
         return list(range(len(self.plan))) if ranks is None else parse_ranks(ranks, len(self.plan))
@@ -125,40 +129,57 @@ class RankSet:
         by_engine = self.rank_of_engine()
         return {by_engine[eid]: task_state(f) for eid, f in task_futures(ar) if eid in by_engine}
 
+    def ask_nannies(self, sig, ranks:list, # the ranks whose engines get `sig` (0: only checks they exist)
+                    timeout:float=1.5, # seconds to wait for the answers, all together
+                   ) -> list: # the ranks whose nanny did not answer ok in time
+        "Send `sig` to the engines of `ranks` through their nannies, without blocking; the ranks that did not answer (dead, stopped, cut off, or the controller is gone)"
+        futs = {}
+        for r in ranks:
+            eid = self.plan[r]['engine_id']
+            try: futs[r] = self.rc.send_signal(sig, targets=[eid], block=False) if eid in self.rc.ids else None
+            except Exception: futs[r] = None  # unregistered, or the client is closed
+        deadline, out = time.monotonic() + timeout, []
+        for r, f in futs.items():
+            try: ok = f is not None and all(m['content']['status'] == 'ok' for m in f.result(max(0.01, deadline - time.monotonic())))
+            except Exception: ok = False  # no answer in time: ipyparallel's own wait for it has no deadline
+            if not ok: out.append(r)
+        return out
+
     def silent(self, ranks:list, # ranks on other hosts
                 timeout:float=1.5, # seconds to wait for the answers
                ) -> list: # the ranks that did not answer
         "Ranks whose engine does not answer a signal-0 request (its nanny checks the engine exists): dead, stopped, or cut off"
-        futs = {}
-        for r in ranks:
-            eid = self.plan[r]['engine_id']
-            try: futs[r] = self.rc.send_signal(0, targets=[eid], block=False) if eid in self.rc.ids else None
-            except Exception: futs[r] = None
-        deadline, out = time.monotonic() + timeout, []
-        for r, f in futs.items():
-            try: ok = f is not None and all(m['content']['status'] == 'ok' for m in f.result(max(0.01, deadline - time.monotonic())))
-            except Exception: ok = False  # no answer: the engine and its nanny are gone, stopped, or unreachable
-            if not ok: out.append(r)
-        return out
+        return self.ask_nannies(0, ranks, timeout)
 
-    def signal(self, sig, ranks:list):
-        "Send `sig` to the engines of `ranks` (through their nannies)"
-        self.rc.send_signal(sig, targets=self.engine_ids(ranks), block=True)
+    def signal(self, sig, ranks:list,
+               timeout:float=5, # seconds to wait for the nannies' answers
+              ) -> list: # the ranks whose nanny did not answer in time
+        "Send `sig` to the engines of `ranks` (through their nannies); waits `timeout` s at most"
+        return self.ask_nannies(sig, ranks, timeout)
 
     def end(self, ranks:list, # ranks to end (their engines are killed; their state is lost)
              timeout:float=10, # seconds to wait until the controller has seen them go
+             why:str='was ended by ddp_nb', # how messages say it, after 'rank R (host H, pid P) '
             ):
-        "Kill the engines of `ranks` (the only way to free a rank blocked in a collective)"
+        "Kill the engines of `ranks` (the only way to free a rank blocked in a collective), noting why in `ended`"
         ids = [self.plan[r]['engine_id'] for r in ranks]
         for r in ranks:
+            eid, pid = self.plan[r]['engine_id'], self.plan[r]['pid']
+            key = (eid, pid)
             try:
-                if self.is_local(r): os.kill(self.plan[r]['pid'], signal.SIGKILL); continue
+                if self.is_local(r):
+                    if pid_alive(pid): os.kill(pid, signal.SIGKILL); self.ended[key] = why  # (a dead one died by itself)
+                    continue
             except ProcessLookupError: continue
             except OSError: pass
-            try: self.rc.send_signal(signal.SIGKILL, targets=[self.plan[r]['engine_id']], block=False)  # other hosts: through the nanny
+            try: self.rc.send_signal(signal.SIGKILL, targets=[eid], block=False); self.ended[key] = why  # other hosts: through the nanny
             except Exception: pass  # unregistered already
         deadline = time.monotonic() + timeout
         while set(ids) & set(self.rc.ids) and time.monotonic() < deadline: time.sleep(0.02)
+
+    def ended_why(self, rank:int) -> str|None:
+        "How `end` put it, if ddp_nb ended the engine of `rank` on purpose; None if not"
+        return self.ended.get((self.plan[rank]['engine_id'], self.plan[rank]['pid']))
 
 # %% ../nbs/02_ranks.ipynb #fbb87a41
 def push(view, # a DirectView of the ranks to push to

@@ -10,15 +10,15 @@ import psutil
 from fastcore.basics import patch
 from .core import rank_ranges, stack_file
 from .processes import rank_dir
-from .compat_ipp import supervised_view, task_name
+from .compat_ipp import supervised_result, supervised_view, task_name
 from .collectives import desync_report, read_records
 from . import rank
 from .ranks import RankSet
 
 # %% auto #0
 __all__ = ['FEW', 'proc_status', 'where', 'stack_frames', 'group_stacks', 'group_header', 'grouped_stacks', 'show_stacks',
-           'RankFailure', 'Interrupted', 'cell_label', 'Watch', 'Limits', 'Supervisor', 'hang_limit', 'desync_states',
-           'stopped_ranks', 'report_interval', 'stalled', 'issued_counts', 'rank_lines']
+           'RankFailure', 'Interrupted', 'ClusterGone', 'cell_label', 'Watch', 'Limits', 'Supervisor', 'hang_limit',
+           'desync_states', 'stopped_ranks', 'report_interval', 'stalled', 'issued_counts', 'rank_lines']
 
 # %% ../nbs/02c_supervise.ipynb #dd12faf1
 def _short_stack(text:str, # faulthandler output for one process
@@ -147,6 +147,9 @@ class Interrupted(KeyboardInterrupt):
     "The cell was interrupted on every rank; what happened to each rank was printed above"
     def _render_traceback_(self): return [f"Interrupted: {self}"]
 
+class ClusterGone(RuntimeError):
+    "The cluster's controller is gone (stopped or killed outside this notebook): nothing sent to the ranks can arrive"
+    def _render_traceback_(self): return [f"ClusterGone: {self}"]
 
 # %% ../nbs/02c_supervise.ipynb #7df941c7
 def cell_label() -> str:
@@ -162,6 +165,7 @@ def _traceback(err, # a RemoteError
     try: tb = '\n'.join(err.render_traceback())
     except Exception: tb = f"{getattr(err, 'ename', type(err).__name__)}: {getattr(err, 'evalue', err)}"
     tb = re.sub(r'\x1b\[[0-9;]*m', '', tb)
+    tb = re.sub(r'^\[\d+:\w+\]:?[ \t]*\n', '', tb, flags=re.M)  # ipyparallel's '[3:execute]' header: an engine id, not the rank
     return re.sub(r'Cell In\[\d+\], line (\d+)', lambda m: f"{cell}, line {m[1]}", tb)
 
 def _one_line(err) -> str:
@@ -172,10 +176,12 @@ def _one_line(err) -> str:
 # %% ../nbs/02c_supervise.ipynb #e3effb9a
 class Watch:
     "What supervising one task (an AsyncResult, one child per rank) has seen: shared by a blocking wait and the background watcher"
-    def __init__(self, ar, cell:str='the cell', blocking:bool=False):
-        self.ar, self.cell, self.blocking, self.t0 = ar, cell, blocking, time.monotonic()
-        self.first, self.ended, self.lost, self.states = [], [], [], {}
-        self.t_fail = self.t_stop = self.t_done = self.failure = None
+    def __init__(self, ar, cell:str='the cell', blocking:bool=False,
+                 rs:RankSet|None=None, # the ranks as planned when the task was sent (`RankSet.snapshot`)
+                ):
+        self.ar, self.cell, self.blocking, self.rs, self.t0 = ar, cell, blocking, rs, time.monotonic()
+        self.first, self.ended, self.stopped, self.lost, self.states = [], [], [], [], {}
+        self.t_fail = self.t_stop = self.t_done = self.failure = self.gone = self.interrupted = None
         self.hung = self.claimed = self.done = False
         self.lock = threading.Lock()
 
@@ -190,29 +196,50 @@ class Supervisor:
                  cluster_id:str, # the cluster's id (where the ranks write their stacks)
                  timeout:float=60, # the process group's timeout
                  progress=lambda: None, # returns the dashboard's `Collector` (its reports are progress), or None
-                 death=lambda rank: 'died', # how the engine of a rank ended, in words
+                 death=lambda rank, pid: 'died', # how the engine of a rank (its process `pid`) ended, in words
                  limits=None, # has `grace` and `hang_after` (`Limits`, or the cluster); None: `Limits()`
+                 gone=lambda: None, # the message if the cluster's controller is gone (stopped outside this notebook), else None
+                 on_gone=lambda why: None, # called once the controller is found gone, to stop what is left
                 ):
         self.rs, self.cluster_id, self.timeout, self.progress, self.death = rs, cluster_id, timeout, progress, death
-        self.limits = Limits() if limits is None else limits
+        self.gone, self.on_gone, self.limits = gone, on_gone, Limits() if limits is None else limits
         self.watches, self.active, self.last_ar, self.last_origin, self._thread = [], True, None, None, None
+        self.stopped_outside, self._t_gone, self._gone_lock = None, 0., threading.Lock()
 
-    def watch(self, ar, blocking:bool=False) -> Watch:
+    def watch(self, ar, blocking:bool=False,
+              result:bool=False, # make `ar.get()` (and `%pxresult`) raise what a blocking cell would (`result`)
+             ) -> Watch:
         "The supervision state of `ar`, registered with the background watcher (started if needed)"
         w = getattr(ar, '_ddp_watch', None)
         if w is None:
-            w = ar._ddp_watch = Watch(ar, cell_label(), blocking)
+            w = ar._ddp_watch = Watch(ar, cell_label(), blocking, self.rs.snapshot())
+            if result: supervised_result(ar, self.result)
             self.watches = [x for x in self.watches if not (x.done or x.claimed)] + [w]
             self._start()
         return w
 
     def watched(self, view):
-        "`view` (a DirectView), its tasks supervised by the background watcher, blocking or not"
-        return supervised_view(view, lambda ar, blocking: self.watch(ar, blocking=blocking))
+        "`view` (a DirectView), its tasks supervised by the background watcher, blocking or not, and checked before they are sent (`ready`)"
+        return supervised_view(view, lambda ar, blocking: self.watch(ar, blocking=blocking, result=True), before=self.ready)
 
     def claim_all(self):
         "Take every watched task from the watcher (interrupt and restart report on them themselves)"
         for w in self.watches: w.claimed = True
+
+    def outside(self, every:float=0.5, # seconds between looks (a look may ask the controller)
+               ) -> str|None:
+        "The message once the cluster was found stopped outside this notebook (its controller gone; then its unfinished tasks are marked and `on_gone` runs); None while it runs"
+        if self.stopped_outside is None and time.monotonic() - self._t_gone >= every:
+            with self._gone_lock:
+                if self.stopped_outside is not None: return self.stopped_outside
+                self._t_gone = time.monotonic()
+                why = self.gone()
+                if why:
+                    for w in list(self.watches):
+                        if not w.done and not w.ar.ready(): w.gone = why  # (before `on_gone` ends their waits)
+                    self.stopped_outside = why
+                    self.on_gone(why)
+        return self.stopped_outside
 
     def supervise(self, ar, # an AsyncResult with one task per rank (a %%px cell, cl.view.execute(..., block=False))
                   tick=None, # called about 20 times a second while waiting (e.g. to show output)
@@ -225,12 +252,14 @@ class Supervisor:
                 if tick is not None: tick()
                 ar.wait(0.05)
             w.done = True
-        if w.first: raise w.failure or self.failure(w.states, w.first, w.ended, w.cell, getattr(w, 'desync', None))
+        if w.gone: raise ClusterGone(w.gone)
+        if w.first: raise w.failure or self._failure(w)
         return {r: s for r, (s, _) in w.states.items()}
 
     def step(self, w:Watch) -> bool:
         "One look at a supervised task: note failures, end ranks still running `grace` s after one failed, report hangs; True once it is over"
-        rs, ar, now = self.rs, w.ar, time.monotonic()
+        rs, ar, now = w.rs or self.rs, w.ar, time.monotonic()
+        if self.outside(): w.gone = self.stopped_outside; return True  # nothing more can arrive
         done = ar.ready()
         states = w.states = {**rs.states(ar), **{r: ('lost', None) for r in w.lost}}
         for r, (s, _) in states.items():
@@ -246,7 +275,10 @@ class Supervisor:
                 stuck = [r for r in running if r not in gone]
                 if stuck:  # the local dead are reported soon; the stuck are ended, and reported dead once their engines are gone
                     w.desync = self.desync(states)  # which collective they wait in, read before they are ended
-                    rs.end(stuck); w.ended += stuck
+                    stopped = stopped_ranks(rs, stuck)  # a stopped rank is a cause, not a victim
+                    rs.end(stopped, why='was stopped (SIGSTOP or a debugger) while running the cell, and was ended')
+                    rs.end([r for r in stuck if r not in stopped], why=f'was still running {self.limits.grace:g}s after another rank failed, and was ended')
+                    w.stopped += stopped; w.ended += [r for r in stuck if r not in stopped]
                     deadline = time.monotonic() + 10
                     while any(rs.states(ar).get(r, ('',))[0] == 'running' for r in stuck) and time.monotonic() < deadline: ar.wait(0.05)
         elif self.limits.hang_after is not None and not w.hung and self._hanging(w, running, states):
@@ -354,24 +386,29 @@ def rank_lines(others:list, # [(rank, what follows 'rank R' in its line)]
 @patch
 def failure(self:Supervisor, states:dict, first:list, ended:list, cell:str='the cell',
             desync:str|None=None, # what the ranks' recent collectives say (`desync`), if they were read
+            rs:RankSet|None=None, # the ranks as planned when the task was sent (a restart replaces the plan); None: now
+            stopped:list=(), # ranks found stopped (SIGSTOP) and ended: the cause, not victims
            ) -> RankFailure:
     "The error for a cell that failed: the first failing rank's traceback, then one line per other rank, then what to do"
-    dead = [r for r in first if states[r][0] in ('dead', 'lost') and r not in ended]
-    origin = dead[0] if dead else first[0]  # a death explains the errors of the ranks that were talking to it
+    rs, n = rs or self.rs, len(states)
+    why = {r: w for r in states if states[r][0] == 'dead' and r not in ended and (w := rs.ended_why(r))}  # ended on purpose: no deaths
+    dead = [r for r in first if states[r][0] in ('dead', 'lost') and r not in ended and r not in why]
+    origin = dead[0] if dead else stopped[0] if stopped else first[0]  # a death explains the errors of the ranks that were talking to it
     self.last_origin = origin  # where `cl.postmortem()` looks by default
     state, err = states[origin]
-    rs, n = self.rs, len(states)
     host = rs.plan[origin]['host']
     on_host = [r for r in sorted(states) if rs.plan[r]['host'] == host]
-    whole = len(on_host) > 1 and all(states[r][0] in ('dead', 'lost') for r in on_host) and len(on_host) < len(states)
-    if state == 'lost':
+    whole = len(on_host) > 1 and all(states[r][0] in ('dead', 'lost') for r in on_host) and len(on_host) < len(states) and not why
+    if origin in why:
+        head, detail = f"{rs.describe(origin)} {why[origin]}: its state is lost.", ''
+    elif state == 'lost':
         head = (f"Host {host} (ranks {_ids(on_host, n)}) stopped answering while running the cell" if whole else
                 f"{rs.describe(origin)} stopped answering while running the cell") + \
                ": its engines and their nannies are gone, stopped, or cut off from this notebook (host down, network, out of memory?)."
         detail = ''
     elif state == 'dead':
         head = (f"Host {host}: every rank there ({_ids(on_host, n)}) ended while running the cell; {rs.describe(origin)} "
-                if whole else f"{rs.describe(origin)} ") + f"{self.death(origin)} while running the cell."
+                if whole else f"{rs.describe(origin)} ") + f"{self.death(origin, rs.plan[origin]['pid'])} while running the cell."
         detail = ''
     else:
         head = f"{rs.describe(origin)} raised {_one_line(err)}"
@@ -381,7 +418,8 @@ def failure(self:Supervisor, states:dict, first:list, ended:list, cell:str='the 
         if r == origin: continue
         s, e = states[r]
         if r in ended: others.append((r, f": was still running {self.limits.grace:g}s after (most likely waiting for rank {origin} in a collective) and was ended: its state is lost."))
-        elif s == 'dead': others.append((r, f" (host {rs.plan[r]['host']}): {self.death(r)}."))
+        elif r in why: others.append((r, f": {why[r]}: its state is lost."))
+        elif s == 'dead': others.append((r, f" (host {rs.plan[r]['host']}): {self.death(r, rs.plan[r]['pid'])}."))
         elif s == 'lost': others.append((r, f" (host {rs.plan[r]['host']}): stopped answering too."))
         elif s == 'error' and r in first and _one_line(e) == _one_line(err): others.append((r, ": raised the same error."))
         elif s == 'error': others.append((r, f": then failed too: {_one_line(e)}"))
@@ -390,13 +428,22 @@ def failure(self:Supervisor, states:dict, first:list, ended:list, cell:str='the 
     if desync: lines.append(desync[:1].upper() + desync[1:])
     lost = sorted(set(ended) | {r for r in states if states[r][0] in ('dead', 'lost')})
     kept = [r for r in sorted(states) if r not in lost]
-    if lost: lines.append(f"{_cap(_rank_list(kept, n))} kept their state. cl.restart() replaces {_rank_list(lost, n)} (their state is lost) and forms a new "
-                          "process group; then re-run your setup cells, which the new ranks have not run.")
-    elif any(states[r][0] == 'error' for r in states) and len(first) < len(states):
+    now = self.rs.plan  # a rank replaced since the task was sent has another engine now
+    replaced = [r for r in lost if r < len(now) and now[r]['pid'] != rs.plan[r]['pid']]
+    left = [r for r in lost if r not in replaced]
+    if replaced: lines.append(f"cl.restart() has replaced {_rank_list(replaced, n)} since: re-run your setup cells, which the new ranks have not run.")
+    if left: lines.append((f"{_cap(_rank_list(kept, n))} kept their state. " if kept else '') + f"cl.restart() replaces {_rank_list(left, n)} (their state is lost) "
+                          "and forms a new process group; then re-run your setup cells, which the new ranks have not run.")
+    elif not lost and any(states[r][0] == 'error' for r in states) and len(first) < len(states):
         counts = issued_counts(rs, sorted(states))  # a plain error on one rank leaves the group in step: no advice then
         if counts is not None and len(set(counts.values())) > 1:
             lines.append(f"The ranks are out of step (collectives issued: {counts}): cl.reform() re-creates the process group.")
     return RankFailure('\n'.join(lines), detail)
+
+@patch
+def _failure(self:Supervisor, w:Watch) -> RankFailure:
+    "The error for a watched task that failed"
+    return self.failure(w.states, w.first, w.ended, w.cell, getattr(w, 'desync', None), rs=w.rs, stopped=w.stopped)
 
 # %% ../nbs/02c_supervise.ipynb #c3bd903e
 @patch
@@ -416,7 +463,8 @@ def _loop(self:Supervisor, every:float=0.1, # seconds between looks
             if w.claimed or not self.active or not w.lock.acquire(blocking=False): continue
             try:
                 if not w.done and self.step(w): w.done, w.t_done = True, time.monotonic()
-                if w.done and w.t_done and time.monotonic() - w.t_done > notice_after:
+                if w.gone: self._notice_gone(w)  # at once: the cluster is being stopped here too, and this thread with it
+                elif w.done and w.t_done and time.monotonic() - w.t_done > notice_after:
                     w.t_done = None
                     if not w.claimed: self._notice(w)
             except Exception: w.done, w.t_done = True, None  # a task of an old plan (restart); nothing to say
@@ -427,8 +475,82 @@ def _loop(self:Supervisor, every:float=0.1, # seconds between looks
 def _notice(self:Supervisor, w:Watch):
     "Print what happened to a failed task nobody waited for (a blocking caller gets the error itself: only ended ranks are told)"
     if not w.first or (w.blocking and not w.ended): return
-    w.failure = f = self.failure(w.states, w.first, w.ended, w.cell, getattr(w, 'desync', None))
+    w.failure = f = self._failure(w)
     try: w.ar.failure = f
     except Exception: pass
     print(f"[ddp_nb] a task started in {w.cell} without waiting for it ({task_name(w.ar)}) failed:\n"
           + (f.detail + '\n' if f.detail else '') + f.summary, file=sys.stderr, flush=True)
+
+@patch
+def _notice_gone(self:Supervisor, w:Watch):
+    "Say once that the tasks nobody waits for cannot finish: the cluster was stopped outside this notebook"
+    if getattr(self, '_said_gone', False) or w.blocking: return
+    self._said_gone = True
+    print(f"[ddp_nb] a task started in {w.cell} without waiting for it ({task_name(w.ar)}) cannot finish. {w.gone}", file=sys.stderr, flush=True)
+
+# %% ../nbs/02c_supervise.ipynb #b7e2d4a1
+@patch
+def result(self:Supervisor, ar, # a task sent through a supervised view
+           timeout:float|None=None, # seconds to wait; None: until it ends
+          ):
+    "Before `ar.get()` returns or raises: wait as a blocking cell does, and raise the error it would (ranks named, the cause first; `ClusterGone` once the controller is gone). A blocking call's errors stay ipyparallel's"
+    w, deadline = self.watch(ar), None if timeout is None else time.monotonic() + timeout
+    if not (self.active or ar.ready() or w.gone or w.interrupted):  # its answer can never come
+        raise RuntimeError(f"The cluster was stopped (cl.stop()) before this task ({task_name(ar)}, sent in {w.cell}) finished: its result is lost.")
+    if w.blocking:  # the background watcher supervises it: only the controller is looked at here
+        while not ar.ready() and not self.outside():
+            if deadline is not None and time.monotonic() >= deadline: return
+            ar.wait(0.1)
+        if w.gone: raise ClusterGone(w.gone)
+        return
+    was, w.claimed = w.claimed, True  # a blocking wait now: the background watcher leaves it to us
+    try:
+        with w.lock:
+            while not w.done and not w.interrupted:
+                if self.step(w): w.done = True; break
+                if deadline is not None and time.monotonic() >= deadline: return  # not ready: ipyparallel's get says so
+                ar.wait(0.05)
+    finally:
+        if not w.done: w.claimed = was
+    if w.interrupted: raise Interrupted(w.interrupted)
+    if w.gone: raise ClusterGone(w.gone)
+    if w.first: raise w.failure or self._failure(w)
+
+@patch
+def interrupted(self:Supervisor, ar, # the task `cl.interrupt()` stopped
+                said:str, # what it did, as it printed it
+               ):
+    "Note that `ar` was interrupted: its `get()` raises `Interrupted` with `said` (a blocking cell raises it at once)"
+    if ar is not None and getattr(ar, '_ddp_watch', None) is not None: ar._ddp_watch.interrupted = said
+
+@patch
+def ready(self:Supervisor, targets=None, # engine ids a task is about to go to (an int, a list), or None / 'all': every rank
+         ):
+    "Before a task is sent: fail at once if the cluster was stopped outside this notebook, or, naming them, if ranks it goes to died while idle"
+    why = self.outside(every=0)
+    if why: raise ClusterGone(why)
+    rs = self.rs
+    ids = {targets} if isinstance(targets, int) else set(targets) if isinstance(targets, (list, tuple, range)) else set(rs.engine_ids())
+    dead = [r for r in rs.gone() if rs.plan[r]['engine_id'] in ids]
+    if dead: raise self.idle_failure(dead)
+
+@patch
+def idle_failure(self:Supervisor, dead:list, # ranks whose engine died between cells
+                ) -> RankFailure:
+    "The error for a cell sent to ranks that died while idle: each named with how it died, and the way out"
+    rs, n, one = self.rs, len(self.rs), len(dead) == 1
+    kept = [r for r in range(n) if r not in dead]
+    lines = [f"{rs.describe(r)} {self._idle_death(r)} while idle, between cells." for r in dead]
+    lines.append(f"cl.restart() replaces {'it' if one else 'them'} ({'its' if one else 'their'} state is lost" + (f"; {_rank_list(kept, n)} keep theirs" if kept else '')
+                 + ") and forms a new process group; then re-run your setup cells. This cell was not sent.")
+    return RankFailure('\n'.join(lines))
+
+@patch
+def _idle_death(self:Supervisor, r:int, wait:float=2, # seconds to wait for the exit status (its launcher looks each second)
+               ) -> str:
+    "How the engine of rank `r` ended, once known"
+    deadline = time.monotonic() + wait
+    while True:
+        why = self.death(r, self.rs.plan[r]['pid'])
+        if 'unknown' not in why or time.monotonic() > deadline or not self.rs.is_local(r): return why
+        time.sleep(0.1)

@@ -55,7 +55,8 @@ def k():
     assert ours() == []
     kern = Kernel()
     _, out, err, _ = kern.run("from ddp_nb import DDPCluster\nfrom ddp_nb.processes import cluster_procs\n"
-                              "cl = DDPCluster(n=2).start()\nn_procs = len(cluster_procs(cl.cluster_id))")
+                              "cl = DDPCluster(n=2).start()\nn_procs = len(cluster_procs(cl.cluster_id))\n"
+                              "cl.run(lambda: None)")  # the ranks are free: a start readies their records first (~1 s, more on a busy machine)
     assert err is None, out
     yield kern
     kern.close()
@@ -231,6 +232,119 @@ def test_noblock_stopped_rank_named_within_the_watchdog_deadline(k):
     assert 'Stuck: rank 1' in out and 'stopped (SIGSTOP' in out and 'all_reduce' in out, out
     _, out, err, _ = k.run("cl.interrupt()")
     restart_and_check(k)
+
+
+ENGINE_IDS = re.compile(r'Engine \d|EngineError|CompositeError|^\[\d+:\w+\]', re.M)  # ipyparallel's words: engines, not ranks
+
+
+def gone_within(pid, limit=10):
+    "Wait until process `pid` (a child of the kernel, reaped there) has ended; whether it did within `limit` s"
+    import psutil
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE: return True
+        except psutil.NoSuchProcess: return True
+        time.sleep(0.02)
+    return False
+
+
+def test_rank_killed_while_idle_is_named(k):
+    "kill -9 of one engine between cells: the next cell names the rank, its pid and the signal at once (not ipyparallel's KeyError: 1)"
+    pid1 = k.value("cl.ranks[1].pid")
+    os.kill(pid1, signal.SIGKILL)
+    assert gone_within(pid1)
+    try:
+        took, out, err, _ = k.run("%%px\nprint(rank)", timeout=30)
+        MEASURED['rank killed while idle: the next cell names it (s)'] = round(took, 2)
+        assert took < 5 and err and err.startswith('RankFailure'), out
+        assert f"rank 1 (host" in out and f"pid {pid1}) killed by SIGKILL" in out and 'while idle' in out, out
+        assert 'cl.restart() replaces it' in out and 'KeyError' not in out, out
+        took, out, err, _ = k.run("cl.view.execute('x = 1')")  # every way in says the same
+        assert err and f"pid {pid1}) killed by SIGKILL" in out, out
+        _, out, err, _ = k.run("%%rank 0\nprint(rank)")  # the live rank still works alone
+        assert err is None and '[rank 0] 0' in out, out
+    finally: restart_and_check(k)
+
+
+def test_noblock_result_raises_the_blocking_cells_error(k):
+    "A rank raising under --noblock: %pxresult and ar.get() raise what a blocking cell raises (ranks named, the cause first, the ended rank said to be ended), no engine ids"
+    _, out, err, _ = k.run("%%px --noblock -o ar\nif rank == 1: raise ValueError('rank one broke')\nt = torch.ones(1); dist.all_reduce(t)")
+    assert err is None, out
+    for read in ("%pxresult", "ar.get()"):
+        took, out, err, _ = k.run(read, timeout=30)
+        assert took < 10 and err and err.startswith('RankFailure'), (read, out)
+        assert out.index('rank 1 (host') < out.index('rank 0: was still running'), out
+        assert "ValueError: rank one broke" in out and 'was ended: its state is lost' in out and 'cl.restart() replaces ranks [0]' in out, out
+        assert not ENGINE_IDS.search(out), out
+    restart_and_check(k)
+
+
+def test_noblock_result_of_an_interrupted_stopped_rank(k):
+    "A SIGSTOPped rank under --noblock, then cl.interrupt(): the result's error is the blocking cell's Interrupted, naming the stopped rank; no engine ids"
+    pid1 = k.value("cl.ranks[1].pid")
+    _, out, err, _ = k.run("%%px --noblock -o ar\nimport time\nfor i in range(10**7):\n    t = torch.ones(1); dist.all_reduce(t); time.sleep(0.01)")
+    assert err is None, out
+    time.sleep(1); t_stop = time.monotonic(); os.kill(pid1, signal.SIGSTOP)
+    try:
+        took, out = wait_for_notice(k, t_stop, says='[ddp_nb watchdog]', limit=8)
+        assert took is not None, out
+        _, out, err, _ = k.run("cl.interrupt()")
+        assert err is None and 'ranks [1] were stopped (SIGSTOP' in out, out
+    finally:
+        if os.path.exists(f'/proc/{pid1}'): os.kill(pid1, signal.SIGCONT)
+    for read in ("ar.get()", "%pxresult"):
+        took, out, err, _ = k.run(read, timeout=30)
+        assert took < 5 and err and err.startswith('Interrupted'), (read, out)
+        assert 'ranks [1] were stopped (SIGSTOP' in out and 'cl.interrupt() replaced ranks' in out, out
+        assert not ENGINE_IDS.search(out), out
+    assert k.value("cl.check()") and k.value("len(cluster_procs(cl.cluster_id)) == n_procs")
+
+
+def stop_from_outside(cluster_id):
+    "What the STOP button of ipyparallel's cluster sidebar and `ipcluster stop` do: load the cluster from its file, stop it"
+    import ipyparallel as ipp, logging
+    ipp.Cluster.from_file(cluster_id=cluster_id, log_level=logging.ERROR).stop_cluster_sync()
+
+
+def test_cluster_stopped_outside_is_said_then_started_again(k):
+    "The cluster stopped through ipyparallel's API: the next cell says so within 15 s, cl.interrupt() returns with it, cl.start() works, nothing left"
+    import psutil
+    cid, pids = k.value("cl.cluster_id"), k.value("[r.pid for r in cl.ranks]")
+    stop_from_outside(cid)
+    took, out, err, _ = k.run("%%px\nprint(rank)", timeout=30)
+    MEASURED['cluster stopped outside, idle: the next cell says so (s)'] = round(took, 2)
+    assert took < 15 and err and err.startswith('ClusterGone'), out
+    assert 'was stopped outside this notebook' in out and 'cl.start() (or cl.restart())' in out, out
+    took, out, err, _ = k.run("print(cl.interrupt())", timeout=30)
+    MEASURED['... then cl.interrupt() returns (s)'] = round(took, 2)
+    assert took < 5 and err is None and 'was stopped outside this notebook' in out and "{0: 'gone', 1: 'gone'}" in out, out
+    assert not any(psutil.pid_exists(p) for p in pids) and k.value(f"cluster_procs({cid!r})") == []
+    took, out, err, _ = k.run("cl.start()\nprint(cl.cluster_id)")
+    assert err is None and cid not in out, out
+    _, out, err, _ = k.run("%%px\nt = torch.ones(1); dist.all_reduce(t); print(t.item())")
+    assert err is None and '[rank 0] 2.0' in out and '[rank 1] 2.0' in out, out
+    assert k.value("cl.check()") and k.value("len(cluster_procs(cl.cluster_id)) == n_procs")
+
+
+def test_controller_killed_during_a_cell_is_said_then_restarted(k):
+    "The controller killed (SIGTERM) while a cell runs: the cell ends within seconds saying so, every wait ends, cl.restart() starts it again"
+    from ddp_nb.processes import cluster_procs
+    cid = k.value("cl.cluster_id")
+    ctl = next(p for p in cluster_procs(cid) if 'controller' in ' '.join(p.cmdline()))
+    killed = {}
+    def term(): killed['t'] = time.monotonic(); ctl.terminate()
+    _, out, err, _ = k.run("%%px\nimport time\nfor i in range(10**7):\n    t = torch.ones(1); dist.all_reduce(t); time.sleep(0.01)",
+                           timeout=60, at={1.5: term})
+    took = time.monotonic() - killed['t']
+    MEASURED['controller killed during a cell: the cell says so (s)'] = round(took, 2)
+    assert took < 15 and err and err.startswith('ClusterGone') and 'was stopped outside this notebook' in out, out
+    assert k.value(f"cluster_procs({cid!r})") == []
+    took, out, err, _ = k.run("cl.restart()")
+    assert err is None and 'Started again' in out, out
+    _, out, err, _ = k.run("%%px\nt = torch.ones(1); dist.all_reduce(t); print(t.item())")  # (waits for the new ranks' warm-up too)
+    assert err is None and '[rank 0] 2.0' in out and '[rank 1] 2.0' in out, out
+    assert k.value("cl.check()") and k.value("len(cluster_procs(cl.cluster_id)) == n_procs")
 
 
 def test_plain_error_on_one_rank_gives_no_check_advice(k):

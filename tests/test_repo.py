@@ -56,6 +56,7 @@ def test_every_notebook_has_a_python3_kernelspec():
 
 PRIVATE_REACHES = re.compile(r"\.(_outstanding_dict|_engines|_config|_targets|_children|_really_apply|_NONINTERACTIVE|_fname|create_message_futures|iopub_callbacks"
                              r"|_get_sequence_number_for_group|_get_default_group|_world|_compress_hook|_reset_state|_execution_engine|_IS_INTERACTIVE|_MultiProcessingLauncher)\b"
+                             r"|\.(_send|_query_stream|_handle_stranded_msgs|_return_exceptions)\b|'_return_exceptions'"
                              r"|\.showtraceback\s*=|\.process\s*=")
 
 def test_private_reaches_only_in_compat():
