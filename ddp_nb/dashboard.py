@@ -15,10 +15,10 @@ from .host import host_identity, pid_alive
 from .report import MAX_BATCH, decode, report_key, unsign
 
 # %% auto #0
-__all__ = ['IDLE_GAP', 'MIN_RATE_SPAN', 'STATUS_COLORS', 'DARK_COLORS', 'Tail', 'Series', 'Band', 'History', 'RankState',
-           'Snapshot', 'Collector', 'deviation', 'progress', 'theme_css', 'rank_status', 'mean_line', 'auto_logy',
-           'plot_limits', 'limits_hold', 'is_breakdown', 'plot_data', 'band_data', 'Plot', 'mpl_color', 'plot_svg',
-           'Dashboard', 'status_summary', 'head_line', 'warning_lines', 'compact_ranks', 'rank_table']
+__all__ = ['IDLE_GAP', 'MIN_RATE_SPAN', 'STATUS_COLORS', 'DARK_COLORS', 'PLOT_MAX', 'Tail', 'Series', 'Band', 'History',
+           'RankState', 'Snapshot', 'Collector', 'deviation', 'progress', 'theme_css', 'rank_status', 'mean_line',
+           'auto_logy', 'plot_limits', 'limits_hold', 'is_breakdown', 'plot_data', 'band_data', 'Plot', 'mpl_color',
+           'plot_svg', 'Dashboard', 'status_summary', 'head_line', 'warning_lines', 'compact_ranks', 'rank_table']
 
 # %% ../nbs/02f_dashboard.ipynb #af5ceb11
 class Tail:
@@ -64,10 +64,11 @@ class Series:
         self.steps.extend(steps); self.ts.extend(ts); self.vals.extend(vals)
         if len(self.steps) > self.cap: self._thin()
     def _thin(self):
-        "Double the stride until at most `cap` points are kept"
+        "Double the stride until at most `cap` points are kept; of points at one step, the newest (more than `cap` at the first step looped for ever)"
         while len(self.steps) > self.cap:
             self.stride *= 2
-            keep = [i for i, s in enumerate(self.steps) if (s - self.first) % self.stride == 0]
+            st, last = self.steps, len(self.steps) - 1
+            keep = [i for i, s in enumerate(st) if (s - self.first) % self.stride == 0 and (i == last or st[i + 1] != s)]
             self.steps, self.ts, self.vals = (array(a.typecode, (a[i] for i in keep)) for a in (self.steps, self.ts, self.vals))
     def points(self) -> tuple:
         "(steps, values) to draw: the kept points, then the newest ones after them, so a line ends at the last report"
@@ -257,7 +258,7 @@ class Collector:
         self.sock.setsockopt(zmq.MAXMSGSIZE, MAX_BATCH + 32)  # a bigger frame closes its connection unread
         self.sock.setsockopt(zmq.RCVHWM, 64)  # per sender: at most 64 MB waiting
         self.addr = f"tcp://{host}:{self.sock.bind_to_random_port(f'tcp://{host}')}"
-        self.dropped, self.seqs = dict(foreign=0, invalid=0, replayed=0), {}  # refused messages; the newest batch number of each reporter
+        self.dropped, self.seqs = dict(foreign=0, invalid=0, replayed=0), {}  # refused messages; {rank: {sid: newest seq}} of its last 8 reporters
         self.history, self.ranks, self.listeners, self.tick = History(cap), {}, [], tick
         self.finals = []  # called once by close(), after the thread ended: the dashboards' last frames
         self.version, self.received, self.newest_t, self.lock, self.errors, self.stopped = 0, 0, 0., threading.RLock(), set(), False
@@ -283,13 +284,15 @@ def _open(self:Collector, m:bytes) -> dict|None:
     try:
         b = decode(body)
         if self.world is not None and b['rank'] >= self.world: raise ValueError(f"rank {b['rank']}, not a rank of this cluster's {self.world}")
-    except ValueError as e:
-        self.dropped['invalid'] += 1; self._complain(f"ddp_nb collector: dropped a batch: {e}")
+    except Exception as e:  # ValueError; anything else is a bug of decode's, and must not end the collector's thread either
+        self.dropped['invalid'] += 1; self._complain(f"ddp_nb collector: dropped a batch: {e if type(e) is ValueError else repr(e)[:200]}")
         return None
-    sid = b.get('sid')
+    sid, seq = b.get('sid'), b.get('seq', 0)
     if sid is not None:
-        if b.get('seq', 0) <= self.seqs.get(sid, -1): self.dropped['replayed'] += 1; return None
-        self.seqs[sid] = b.get('seq', 0)
+        seen = self.seqs.setdefault(b['rank'], {})  # {sid: newest seq} of the rank's reporters (one per connect), the newest last
+        if seq <= seen.get(sid, -1): self.dropped['replayed'] += 1; return None
+        seen.pop(sid, None); seen[sid] = seq
+        if len(seen) > 8: del seen[next(iter(seen))]  # bounded: a rank sending new sids grew this without end
     return b
 
 @patch
@@ -430,8 +433,10 @@ def _drain(self:Collector, zmq, most:int=1000):
 
 @patch
 def _complain(self:Collector, what:str):
-    "Print `what` on stderr, once: a problem every rank has (another ddp_nb version) is said once, not 1,024 times"
-    if what not in self.errors: self.errors.add(what); print(what, file=sys.stderr)
+    "Print `what` on stderr, once: a problem every rank has (another ddp_nb version) is said once, not 1,024 times; 100 distinct ones at most"
+    if what in self.errors or len(self.errors) > 100: return  # bounded: a rank's bad batches each said something new
+    self.errors.add(what)
+    print(what if len(self.errors) <= 100 else "ddp_nb collector: more problems than these; no more are printed", file=sys.stderr)
 
 @patch
 def _call(self:Collector, f):
@@ -527,25 +532,32 @@ def mean_line(per:dict, # {rank: (steps, values)}
     xs = sorted(set(maps[0]).intersection(*maps[1:]))
     return xs, [sum(m[x] for m in maps) / len(maps) for x in xs]
 
+PLOT_MAX = 1e250  # values beyond ±PLOT_MAX (on a log axis: outside 1/PLOT_MAX..PLOT_MAX) are gaps in the plot, like NaN: the axes' arithmetic overflows
+
+def _drawable(y:float, logy:bool=False) -> bool:
+    "Whether the plot can place value `y`: finite and within ±PLOT_MAX; on a log axis, within 1/PLOT_MAX..PLOT_MAX"
+    return 1 / PLOT_MAX <= y <= PLOT_MAX if logy else -PLOT_MAX <= y <= PLOT_MAX
+
 def auto_logy(ys:list) -> bool:
     "Whether values read best on a log axis: all positive, spanning two decades or more"
-    ys = [y for y in ys if math.isfinite(y)]
+    ys = [y for y in ys if _drawable(y)]
     return bool(ys) and min(ys) > 0 and max(ys) >= 100 * min(ys)
 
 def plot_limits(xs:list, ys:list, logy:bool=False) -> tuple:
     "(x0, x1, y0, y1) holding every point: x from the first step to ~1.15x the last, y padded 10% (of the decades, on a log axis)"
-    x0, x1 = (min(xs), max(xs)) if xs else (0, 1)
-    ys = [y for y in ys if math.isfinite(y) and (y > 0 or not logy)]
-    if not ys: return x0, x0 + 1, (0.1 if logy else 0.), (10. if logy else 1.)
+    x0, x1 = (float(min(xs)), float(max(xs))) if xs else (0., 1.)
+    room = max(1., abs(x0) * 1e-12, abs(x1) * 1e-12)  # a step or more: near ±2**63, x + 1 == x in floats (a zero-width axis)
+    ys = [y for y in ys if _drawable(y, logy)]
+    if not ys: return x0, x0 + room, (0.1 if logy else 0.), (10. if logy else 1.)
     lo, hi = min(ys), max(ys)
-    if logy: r = (hi / lo) ** 0.1 if hi > lo else 1.5; y0, y1 = lo / r, hi * r
+    if logy: r = 10 ** (0.1 * (math.log10(hi) - math.log10(lo))) if hi > lo else 1.5; y0, y1 = lo / r, hi * r  # hi / lo may overflow
     else: pad = (hi - lo) * 0.1 or abs(hi) * 0.1 or 1.; y0, y1 = lo - pad, hi + pad
-    return x0, max(x0 + (x1 - x0) * 1.15, x1 + 1), y0, y1
+    return x0, max(x0 + (x1 - x0) * 1.15, x1 + room), y0, y1
 
 def limits_hold(lim:tuple, xs:list, ys:list, logy:bool=False) -> bool:
     "Whether limits (x0, x1, y0, y1) still suit the data: every point inside, x at most ~1.3x ahead, the data over half the y axis"
     x0, x1, y0, y1 = lim
-    ys = [y for y in ys if math.isfinite(y) and (y > 0 or not logy)]
+    ys = [y for y in ys if _drawable(y, logy)]
     if not xs or not ys: return True
     lo, hi, a, b = min(ys), max(ys), min(xs), max(xs)
     if a < x0 or b > x1 or lo < y0 or hi > y1 or x1 - x0 > 1.3 * (b - x0) + 1: return False
@@ -586,13 +598,13 @@ def _plain(y, _pos=None) -> str:
     return f"{y:g}"
 
 def _path(xs:list, ys:list, box:tuple, lim:tuple, logy:bool) -> str:
-    "SVG path data of a line in an axes at `box` (left, top, width, height in pt) with limits `lim`; gaps at non-finite values"
+    "SVG path data of a line in an axes at `box` (left, top, width, height in pt) with limits `lim`; gaps at values it cannot place (`_drawable`)"
     (l, t, w, h), (x0, x1, y0, y1) = box, lim
     f = math.log10 if logy else float
     fy0, fy1 = f(y0), f(y1)
     out, pen = [], 'M'
     for x, y in zip(xs, ys):
-        if not math.isfinite(y) or (logy and y <= 0): pen = 'M'; continue
+        if not _drawable(y, logy): pen = 'M'; continue
         out.append(f"{pen}{l + (x - x0) / (x1 - x0) * w:.1f} {t + h - (f(y) - fy0) / (fy1 - fy0) * h:.1f}"); pen = 'L'
     return ''.join(out)
 
@@ -690,7 +702,7 @@ class Plot:
         data, info = plot_data(series) if data is None else data, {}
         ys = {n: [y for k in lines for y in lines[k][1] + (lines[k][2] if k == 'band' else [])] for n, lines in data.items()}
         xs = {n: [x for k in lines for x in lines[k][0]] for n, lines in data.items()}
-        logs = [auto_logy(ys[n]) if self.logy is None else bool(self.logy and any(y > 0 for y in ys[n] if math.isfinite(y))) for n in data]
+        logs = [auto_logy(ys[n]) if self.logy is None else bool(self.logy and any(_drawable(y, True) for y in ys[n])) for n in data]
         key = ([(n, _shape(lines)) for n, lines in data.items()], logs)
         if key != self.key: self._layout(data, logs); self.key = key
         moved = False

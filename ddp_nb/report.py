@@ -4,7 +4,7 @@
 
 # %% ../nbs/01a_report.ipynb #821048f9
 from __future__ import annotations
-import hashlib, hmac, json, math, os, secrets, sys, threading, time
+import hashlib, hmac, json, math, operator, os, secrets, sys, threading, time
 from array import array
 from collections import deque
 from fastcore.basics import patch
@@ -23,12 +23,13 @@ MAX_TEXT = 300  # characters of a message (an error, a flag, a note) in a batch
 
 def to_number(v, # a reported value: number, bool, 0-d or 1-element tensor, numpy scalar, or anything else
              ) -> tuple: # (float value, or nan; a problem to flag, or None)
-    "A float for the plot, and what is wrong with `v` if it is not a finite number"
-    if hasattr(v, 'detach'): v = v.detach()
+    "A float for the plot, and what is wrong with `v` if it is not a finite number; never raises"
     try:
+        if hasattr(v, 'detach'): v = v.detach()
         if hasattr(v, 'numel') and v.numel() != 1: return math.nan, f"tensor with {v.numel()} elements, not a scalar"
         f = float(v.item() if hasattr(v, 'item') else v)
-    except (TypeError, ValueError, RuntimeError): return math.nan, f"non-numeric value {str(v)[:40]!r}"
+    except OverflowError: return math.nan, f"{_shown(v, 20)}... (beyond the float range)"  # an int of 400 digits
+    except Exception: return math.nan, f"non-numeric value {_shown(v)!r}"  # a failing __float__ must not lose the batch
     return f, (None if math.isfinite(f) else f"{f} (not finite)")
 
 def clean_text(s, # any value
@@ -37,6 +38,11 @@ def clean_text(s, # any value
     "`s` as a printable one-line string of at most `n` characters (what a collector accepts as text)"
     s = str(s)
     return (s if s.isprintable() else ''.join(c if c.isprintable() else ' ' for c in s))[:n]
+
+def _shown(v, n:int=40) -> str:
+    "`clean_text(v, n)`, or the type's name where `str(v)` raises (an int of 5,000 digits, a broken `__str__`)"
+    try: return clean_text(v, n)
+    except Exception: return f"<{type(v).__name__}>"
 
 # %% ../nbs/01a_report.ipynb #b2be2697
 def nvml_uuid(torch_uuid) -> bytes:
@@ -137,10 +143,10 @@ def decode(msg:bytes, # a batch, as `encode` made it
     "The header (checked by `check_head`), with `steps` and `ts` (arrays) and `cols`: {metric: (values, indices of the points that have it, or None: every point)}"
     i = msg.find(b'\n')
     try: head = json.loads(msg[:i] if i >= 0 else msg)
-    except (ValueError, UnicodeDecodeError): raise ValueError("a report batch has a header that is not JSON") from None
+    except (ValueError, UnicodeDecodeError, RecursionError): raise ValueError("a report batch has a header that is not JSON") from None  # [[[... 1,000 deep: RecursionError
     if not isinstance(head, dict): raise ValueError("a report batch has a header that is not a JSON object")
     if head.get('wire') != WIRE:
-        raise ValueError(f"a rank sent its reports in wire format {head.get('wire', 1)!r:.20}, this kernel reads format {WIRE}: the engines run "
+        raise ValueError(f"a rank sent its reports in wire format {_brief(head.get('wire', 1))[:20]}, this kernel reads format {WIRE}: the engines run "
                          "another ddp_nb version than the notebook's kernel; install the same version on every host and restart the cluster.")
     check_head(head)
     body, at, swap = memoryview(msg)[i + 1:], 0, head['order'] != sys.byteorder
@@ -183,38 +189,57 @@ def unsign(key:bytes, # `report_key`
 
 # %% ../nbs/01a_report.ipynb #54904e22
 def _int(v, lo:int=0, hi:int=2**63 - 1) -> bool: return type(v) is int and lo <= v <= hi
-def _num(v, lo:float=-math.inf) -> bool: return type(v) in (int, float) and math.isfinite(v) and v >= lo
+def _num(v, lo:float=-math.inf) -> bool:  # a JSON int beyond the float range: math.isfinite raised OverflowError
+    t = type(v)
+    return (t is float and math.isfinite(v) or t is int and -2**63 <= v < 2**63) and v >= lo
 def _text(v, n:int=MAX_TEXT) -> bool: return type(v) is str and len(v) <= n and v.isprintable()
 def _name(v) -> bool: return _text(v, MAX_NAME) and len(v) > 0
 
 def _flag(f) -> bool: return type(f) is list and len(f) == 3 and _int(f[0], -2**63) and _name(f[1]) and _text(f[2])
 def _error(e) -> bool: return e is None or (type(e) is list and len(e) == 2 and _num(e[0]) and _text(e[1]))
-def _load(d) -> bool:
-    return type(d) is dict and all(_text(v) if k == 'gpu_note' else k in LOAD_KEYS and _num(v, 0) for k, v in d.items())
+def _load(d) -> bool:  # what LoadSampler sends: cpu and rss; gpu, gpu_mem and gpu_total together or not at all; maybe gpu_note
+    if type(d) is not dict: return False
+    nums = d.keys() - {'gpu_note'}
+    return ((nums == _CPU or nums == _GPU) and all(_num(d[k], 0) for k in nums)
+            and ('gpu_note' not in d or _text(d['gpu_note'])))
 def _cols(cs, n) -> bool:
-    return (type(cs) is list and len(cs) <= MAX_METRICS and len({c[0] for c in cs if type(c) is list and c and type(c[0]) is str}) == len(cs)
-            and all(type(c) is list and len(c) == 2 and _name(c[0]) and (c[1] is None or _int(c[1], 1, n - 1)) for c in cs))
-def _back(b, n) -> bool: return type(b) is list and all(_int(i, 1, n - 1) for i in b) and all(a < c for a, c in zip(b, b[1:]))
+    if type(cs) is not list or len(cs) > MAX_METRICS: return False
+    seen = set()
+    for c in cs:  # [name, None (at every point) or how many points have it]
+        if type(c) is not list or len(c) != 2 or not _name(c[0]) or c[0] in seen or not (c[1] is None or _int(c[1], 1, n - 1)): return False
+        seen.add(c[0])
+    return True
+def _back(b, n) -> bool:
+    return type(b) is list and (not b or all(_int(i, 1, n - 1) for i in b) and all(a < c for a, c in zip(b, b[1:])))
+def _flags(v, n) -> bool: return type(v) is list and len(v) <= MAX_FLAGS and all(map(_flag, v))
+def _index(v, n) -> bool: return type(v) is int and 0 <= v < 2**63  # rank, dropped, seq
+def _bool(v, n) -> bool: return type(v) is bool
 
 LOAD_KEYS = ('cpu', 'rss', 'gpu', 'gpu_mem', 'gpu_total')
-HEAD = dict(  # field: (required, check(value, n)); any other field is refused
-    wire=(True, lambda v, n: v == WIRE), order=(True, lambda v, n: v in ('little', 'big')), n=(True, lambda v, n: _int(v, 0, MAX_POINTS)),
-    back=(True, _back), cols=(True, _cols), rank=(True, lambda v, n: _int(v)), pid=(True, lambda v, n: _int(v, 1)),
+_CPU, _GPU = set(LOAD_KEYS[:2]), set(LOAD_KEYS)
+HEAD = dict(  # field: (required, check(value, n)); any other field is refused. A check is one call: check_head costs ~2 µs
+    wire=(True, lambda v, n: v == WIRE), order=(True, lambda v, n: v == 'little' or v == 'big'), n=(True, lambda v, n: _int(v, 0, MAX_POINTS)),
+    back=(True, _back), cols=(True, _cols), rank=(True, _index), pid=(True, lambda v, n: _int(v, 1)),
     host=(True, lambda v, n: _text(v, 256)), t=(False, lambda v, n: _num(v)), every=(False, lambda v, n: _num(v, 1e-3) and v <= 3600),
-    busy=(True, lambda v, n: type(v) is bool), cell=(False, lambda v, n: type(v) is bool), dropped=(False, lambda v, n: _int(v)),
-    flags=(False, lambda v, n: type(v) is list and len(v) <= MAX_FLAGS and all(map(_flag, v))), error=(False, lambda v, n: _error(v)),
+    busy=(True, _bool), cell=(False, _bool), dropped=(False, _index), flags=(False, _flags), error=(False, lambda v, n: _error(v)),
     stop_eta=(False, lambda v, n: v is None or _num(v, 0)), load=(False, lambda v, n: _load(v)),
-    sid=(False, lambda v, n: _text(v, 64)), seq=(False, lambda v, n: _int(v)))
+    sid=(False, lambda v, n: _text(v, 64)), seq=(False, _index))
+_REQUIRED = {k for k, (req, _) in HEAD.items() if req}
+
+def _brief(v) -> str:
+    "`v` as JSON in a message: printable, at most 80 characters (a value nested 900 deep: its type; json.dumps and repr recurse)"
+    try: return clean_text(json.dumps(v), 80)
+    except RecursionError: return type(v).__name__
 
 def check_head(h:dict, # a batch's JSON header
               ) -> dict:
     "`h` when every field has its type and is within its bounds; else ValueError naming the first field that is not"
     n = h.get('n') if _int(h.get('n'), 0, MAX_POINTS) else 0
     for k, v in h.items():
-        if k not in HEAD: raise ValueError(f"a report batch has an unknown field {clean_text(k, 40)!r}")
-        if not HEAD[k][1](v, n): raise ValueError(f"a report batch has a bad {k}: {clean_text(json.dumps(v), 80)}")
-    missing = [k for k, (req, _) in HEAD.items() if req and k not in h]
-    if missing: raise ValueError(f"a report batch lacks {', '.join(missing)}")
+        c = HEAD.get(k)
+        if c is None: raise ValueError(f"a report batch has an unknown field {clean_text(k, 40)!r}")
+        if not c[1](v, n): raise ValueError(f"a report batch has a bad {k}: {_brief(v)}")
+    if not _REQUIRED <= h.keys(): raise ValueError(f"a report batch lacks {', '.join(k for k in HEAD if k in _REQUIRED - h.keys())}")
     return h
 
 # %% ../nbs/01a_report.ipynb #fb2fc6ab
@@ -248,22 +273,31 @@ class Reporter:
 
     def report(self, step=None, **metrics):
         "Record metrics for `step` (default: one more than the last); returns at once"
-        if step is None: step = self.auto_step + 1
+        if step is None:
+            try: step = self.auto_step + 1
+            except Exception: step = None  # after report(step='x'): no step to count from (it raised TypeError in the loop); step -1, flagged
         self.auto_step = step
         self.last_report = t = time.time()
         self.buf.append((t, step, metrics))
 
 # %% ../nbs/01a_report.ipynb #ec43bce5
+def _step(v) -> tuple:
+    "A reported step as a 64-bit integer, exactly (through a float, steps beyond 2**53 changed and merged): (step, None), or (-1, why not)"
+    try: s = operator.index(v)  # int, numpy integer, integer tensor of one element
+    except Exception:
+        f, bad = to_number(v)
+        if bad: return -1, bad
+        s = int(f)
+    return (s, None) if -2**63 <= s < 2**63 else (-1, f"{_shown(s, 20)}, beyond 64 bits")
+
 @patch
 def _batch(self:Reporter) -> tuple:
     "Drain the buffer into one batch of at most MAX_POINTS points and about MAX_BATCH/2 bytes: (header with flags, heartbeat and now and then load; points)"
     pts, flags, names, size = [], [], set(), 0
     while self.buf and len(pts) < MAX_POINTS and size < MAX_BATCH // 2:
         t, step, metrics = self.buf.popleft()
-        s, bad = to_number(step)
-        if bad is None and not -2**63 <= s < 2**63: bad = f"{s:g}, beyond 64 bits"
-        if bad: flags.append((-1, 'step', bad)); s = -1  # shown as step -1, and said
-        else: s = int(s)
+        s, bad = _step(step)
+        if bad: flags.append((-1, 'step', bad))  # shown as step -1, and said
         vals = {}
         for k, v in metrics.items():
             if not _name(k): flags.append((s, clean_text(k, MAX_NAME) or '?', f"not a metric name of 1-{MAX_NAME} printable characters: not shown")); continue
