@@ -11,7 +11,8 @@ from importlib.metadata import version, PackageNotFoundError
 __all__ = ['tested_versions', 'min_versions', 'CompatError', 'installed', 'outside_tested', 'missing', 'check_versions',
            'engine_uuids', 'pending_tasks', 'controller_url', 'noninteractive', 'task_futures', 'has_task_futures',
            'task_output', 'task_name', 'supervised_view', 'engine_launchers', 'launcher_process',
-           'replace_launcher_process', 'engine_registration_url', 'on_uncaught_error', 'bind_engine_kernel']
+           'replace_launcher_process', 'stop_sync_thread', 'engine_registration_url', 'on_uncaught_error',
+           'bind_engine_kernel']
 
 # %% ../nbs/00b_compat_ipp.ipynb #72e936ea
 tested_versions = dict(ipyparallel='9.2', IPython='9.18')  # major.minor the tests of this module ran against
@@ -138,6 +139,23 @@ def replace_launcher_process(launcher, proc):
     "Make `launcher` poll and wait on `proc` (a psutil.Process of the same pid) instead of its own `.process`"
     if not hasattr(launcher, 'process'): raise missing("the local launcher's .process")
     launcher.process = proc
+
+# %% ../nbs/00b_compat_ipp.ipynb #851f75ef
+def stop_sync_thread(obj, # an ipyparallel Cluster (any `AsyncFirst`), or None
+                     timeout:float=5, # seconds to wait for the thread to end
+                    ) -> bool: # True if a thread was running and is now stopped, its loop closed
+    "Stop the event-loop thread `obj`'s `*_sync` methods started under a running loop and close its loop (`AsyncFirst._async_thread` and `._thread_loop`, tested with ipyparallel 9.2, which never stops them)"
+    t = getattr(obj, '_async_thread', None)
+    if t is None: return False
+    loop = getattr(obj, '_thread_loop', None)
+    if loop is None or not hasattr(loop, 'add_callback'): raise missing('AsyncFirst._thread_loop (the loop of its _async_thread)')
+    if t.is_alive():
+        loop.add_callback(loop.stop)
+        t.join(timeout)
+        if t.is_alive(): return False  # busy in a coroutine: left as it is
+    loop.close(all_fds=True)
+    obj._async_thread = None  # a later *_sync call under a loop starts a fresh one
+    return True
 
 # %% ../nbs/00b_compat_ipp.ipynb #b795e4bc
 def engine_registration_url() -> str|None: # e.g. 'tcp://10.0.0.1:50123'; None outside an ipyparallel engine
