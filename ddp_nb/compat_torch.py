@@ -119,10 +119,11 @@ def unpin_groups(prefix:str='torch.distributed', # the modules looked at: this o
     n = 0
     for name, m in list(sys.modules.items()):
         if m is None or not (name == prefix or name.startswith(prefix + '.')): continue
-        for v in list(vars(m).values()):
-            if isinstance(v, type) and v.__module__ == name: fs = [getattr(f, '__func__', f) for f in vars(v).values()]
+        for v in list(vars(m).values()):  # (type(v), not isinstance: some module attributes warn when asked their class)
+            if issubclass(type(v), type) and v.__module__ == name:
+                fs = [f.__func__ if type(f) in (staticmethod, classmethod) else f for f in vars(v).values()]
             else: fs = [v]
-            n += sum(_unpin(f) for f in fs if isinstance(f, types.FunctionType))
+            n += sum(_unpin(f) for f in fs if type(f) is types.FunctionType)
     return n
 
 # %% ../nbs/00c_compat_torch.ipynb #3309f68d

@@ -215,10 +215,13 @@ class RankState:
 
 def _replacement(old:RankState, # the replaced engine's state
                  ranks:dict|None=None, # rank -> state, of every rank now
+                 slack:float=1.0, # seconds after the old engine's last message in which other ranks' points still came before the restart
                 ) -> RankState:
-    "The state of a new engine in `old`'s rank (cl.restart): none of the old numbers; the newest step of its run so far decides its first point's run"
+    "The state of a new engine in `old`'s rank (cl.restart): none of the old numbers; the step its run had reached when the old engine ended decides its first point's run"
     rs = RankState(old.rank)
-    reached = [s.step for s in [old, *(ranks or {}).values()] if s.run == old.run and s.step is not None]
+    end = (old.last_t or old.seen) + slack  # the old engine ended about when it sent its last message (heartbeats: every batch interval)
+    reached = [s.step for s in [old, *(ranks or {}).values()]
+               if s.run == old.run and s.step is not None and (s is old or (s.rate and s.rate[-1][0] <= end))]  # (not what came after)
     rs.run, rs.replaced, rs.fresh, rs.reached = old.run, old.pid, True, max(reached, default=None)  # (`Collector._run_of_new_engine`)
     return rs
 

@@ -5,7 +5,7 @@
 # %% ../nbs/02d_magics.ipynb #61cb19b1
 from __future__ import annotations
 import signal, sys, time
-from .compat_ipp import task_futures, task_output
+from .compat_ipp import forget_magics, task_futures, task_output
 from .supervise import Interrupted, Supervisor
 
 # %% auto #0
@@ -107,6 +107,7 @@ def activate(owner, # the DDPCluster whose magics these are
     sup.watched(view)  # every task through the view supervised, blocking or not
     ip = _ipython()
     if ip is None: return
+    forget_magics(ip, lambda m: type(m).__name__ == 'SupervisedMagics')  # the shell keeps every one, and with it its cluster
     ip.magics_manager.register(px_magics(ip, view, sup, interrupt))
     def rank(line, cell):
         "%%rank RANKS [px flags]: run the cell on the ranks RANKS ('0', '0,2', '1:', 'all')"
