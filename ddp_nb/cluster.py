@@ -9,6 +9,7 @@ from multiprocessing.util import Finalize
 from .core import engine_count, make_cluster_id, pick_backend
 from .host import local_cpus, local_gpus
 from .processes import cluster_procs, kill_procs, remove_rank_files
+from .compat_ipp import stop_sync_thread
 from . import rank
 from .report import batch_interval, connect as connect_reporter
 from .ranks import Rank, RankSet, gather, push
@@ -70,7 +71,7 @@ class DDPCluster:
         self.persistent, self.port, self.per_host, self.attached = persistent, port, n, False
         self.cluster_id = self.start_time = self.master_addr = self.master_port = None
         self._ipp = self._rc = self._view = self._fin = self._collector = self._history = self._dash = None
-        self._ranks, self._sup, self._outside = RankSet(None), None, None  # (_outside: the message once stopped outside this notebook)
+        self._ranks, self._sup, self._outside, self._warming = RankSet(None), None, None, set()  # _outside: the message once stopped outside this notebook; _warming: ranks that may still ready their records
         self.grace = 2.0  # seconds the other ranks get to finish after one fails, before they count as stuck and are ended
         self.hang_after = 'auto'  # seconds without progress before the watchdog reports a hang; 'auto' (`supervise.hang_limit`); None: never
         if engines == 'local':
@@ -136,7 +137,7 @@ class DDPCluster:
         if self._sup is not None: self._sup.active = False  # what follows ends engines: no failures to report
         try:
             if col is not None: col.listeners.clear()
-            if self.attached and not shutdown: release(self._ranks)
+            if self.attached and not shutdown: release(self._ranks); stop_sync_thread(self._ipp)  # (stop_ipp stops it otherwise)
             else: stop_ipp(self._ipp, self.cluster_id if not self.attached or self._ipp is not None else None, rc)
         except BaseException:  # interrupted mid-stop: still leave nothing behind
             if not self.attached: kill_procs(cluster_procs(self.cluster_id), grace=0.2)
@@ -165,9 +166,14 @@ class DDPCluster:
              ) -> bool:
         "Health check: True if the process group works and is in step (the ranks issued as many collectives, and a tiny all-reduce with a timeout passes)"
         self._live()
+        # right after a start or restart the ranks' main threads ready their collective records (`_warm_records`): ~1 s of imports
+        # alone, over 7 s on a busy host. Their answers wait for it: busy with our own work is not ill, so wait up to the group's timeout
+        wait = max(timeout + 5, self.timeout) if self._warming else timeout + 5
         try:
             # out of step, an all-reduce would pair with a stale one, and gloo ends a process whose all-reduce meets one of another size
-            if None in (n := set(self._ranks.call(rank.issued, what='Health check', timeout=timeout + 5).values())) or len(n) > 1: return False
+            n = set(self._ranks.call(rank.issued, what='Health check', timeout=wait).values())
+            self._warming.clear()  # every rank answered, so after its warm-up
+            if None in n or len(n) > 1: return False
             return all(self._ranks.call(rank.health, timeout, what='Health check', timeout=timeout + 5).values())
         except (RuntimeError, IndexError): return False  # a rank failed or its engine is gone
 
@@ -511,6 +517,7 @@ class DDPCluster:
     def _warm_records(self, ranks:list|None=None):
         "Last in a start: each rank readies its collective records' source lines (~1 s on its main thread, after this call answers)"
         self._ranks.call(warm_up_soon, ranks=ranks, what='Readying the collective records', timeout=self.timeout)
+        self._warming.update(self._ranks.select(ranks))
 
     def _connect_reporters(self, ranks:list|None=None):
         "Connect the reporters of `ranks` (None: all) to the kernel's collector"

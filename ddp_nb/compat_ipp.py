@@ -11,9 +11,9 @@ from importlib.metadata import version, PackageNotFoundError
 __all__ = ['tested_versions', 'min_versions', 'OUTPUT_MSGS', 'CompatError', 'installed', 'outside_tested', 'missing',
            'check_versions', 'engine_uuids', 'pending_tasks', 'controller_url', 'noninteractive', 'task_futures',
            'has_task_futures', 'task_output', 'task_name', 'supervised_view', 'record_outputs', 'task_events',
-           'engine_launchers', 'launcher_process', 'replace_launcher_process', 'engine_registration_url',
-           'on_uncaught_error', 'session_key', 'bind_engine_kernel', 'supervised_result', 'controller_process',
-           'hub_answers', 'abandon_client', 'engine_exits']
+           'engine_launchers', 'launcher_process', 'replace_launcher_process', 'stop_sync_thread', 'engine_state_file',
+           'forget_magics', 'engine_registration_url', 'on_uncaught_error', 'session_key', 'bind_engine_kernel',
+           'supervised_result', 'controller_process', 'hub_answers', 'abandon_client', 'engine_exits']
 
 # %% ../nbs/00b_compat_ipp.ipynb #72e936ea
 tested_versions = dict(ipyparallel='9.2', IPython='9.18')  # major.minor the tests of this module ran against
@@ -170,6 +170,42 @@ def replace_launcher_process(launcher, proc):
     "Make `launcher` poll and wait on `proc` (a psutil.Process of the same pid) instead of its own `.process`"
     if not hasattr(launcher, 'process'): raise missing("the local launcher's .process")
     launcher.process = proc
+
+# %% ../nbs/00b_compat_ipp.ipynb #851f75ef
+def stop_sync_thread(obj, # an ipyparallel Cluster (any `AsyncFirst`), or None
+                     timeout:float=5, # seconds to wait for the thread to end
+                    ) -> bool: # True if a thread was running and is now stopped, its loop closed
+    "Stop the event-loop thread `obj`'s `*_sync` methods started under a running loop and close its loop (`AsyncFirst._async_thread` and `._thread_loop`, tested with ipyparallel 9.2, which never stops them)"
+    t = getattr(obj, '_async_thread', None)
+    if t is None: return False
+    loop = getattr(obj, '_thread_loop', None)
+    if loop is None or not hasattr(loop, 'add_callback'): raise missing('AsyncFirst._thread_loop (the loop of its _async_thread)')
+    if t.is_alive():
+        loop.add_callback(loop.stop)
+        t.join(timeout)
+        if t.is_alive(): return False  # busy in a coroutine: left as it is
+    loop.close(all_fds=True)
+    obj._async_thread = None  # a later *_sync call under a loop starts a fresh one
+    return True
+
+# %% ../nbs/00b_compat_ipp.ipynb #cf503eda
+def engine_state_file(cluster, # an ipyparallel Cluster, or None
+                     ) -> str|None: # the path, whether or not it exists; None without a cluster
+    "The file the controller keeps its engines' ids in (`<profile>/log/engines<cluster id>.json`, as ipyparallel 9.2's controller app names it)"
+    if cluster is None or not getattr(cluster, 'profile_dir', None): return None
+    return os.path.join(cluster.profile_dir, 'log', f"engines{cluster.cluster_id}.json")
+
+# %% ../nbs/00b_compat_ipp.ipynb #bbc2d1c9
+def forget_magics(shell, # an IPython InteractiveShell
+                  which, # called with each magics instance; True: forget it
+                 ) -> int: # how many were forgotten
+    "Drop the magics instances `which` picks from `shell.configurables`, where IPython (tested with 9.18) keeps every instance ever made"
+    cs = getattr(shell, 'configurables', None)
+    if cs is None: return 0
+    from IPython.core.magic import Magics
+    old = {id(c) for c in cs if isinstance(c, Magics) and which(c)}
+    cs[:] = [c for c in cs if id(c) not in old]
+    return len(old)
 
 # %% ../nbs/00b_compat_ipp.ipynb #b795e4bc
 def engine_registration_url() -> str|None: # e.g. 'tcp://10.0.0.1:50123'; None outside an ipyparallel engine

@@ -12,7 +12,7 @@ from .compat_ipp import CompatError, installed, check_versions as _check, missin
 # %% auto #0
 __all__ = ['tested_versions', 'min_versions', 'missing', 'check_versions', 'issued_collectives', 'reset_group_count',
            'compress_hook', 'queue_autograd_callback', 'when_imported', 'lightning_not_interactive',
-           'guard_lightning_launchers', 'reset_accelerate_state', 'flight_recorder_dump', 'merge_dump',
+           'guard_lightning_launchers', 'unpin_groups', 'reset_accelerate_state', 'flight_recorder_dump', 'merge_dump',
            'issued_per_group']
 
 # %% ../nbs/00c_compat_torch.ipynb #f324a3c1
@@ -123,6 +123,32 @@ def _guarded(launch, refuse):
         return launch(self, function, *args, **kwargs)
     guarded.refuse, guarded._ddp_nb_guard = refuse, True
     return guarded
+
+# %% ../nbs/00c_compat_torch.ipynb #b17fea1f
+def _unpin(f) -> int:
+    "Reset the defaults of function `f` that hold a ProcessGroup to None; how many"
+    n = 0
+    if f.__defaults__ and any(isinstance(d, dist.ProcessGroup) for d in f.__defaults__):
+        n += sum(isinstance(d, dist.ProcessGroup) for d in f.__defaults__)
+        f.__defaults__ = tuple(None if isinstance(d, dist.ProcessGroup) else d for d in f.__defaults__)
+    if f.__kwdefaults__ and any(isinstance(d, dist.ProcessGroup) for d in f.__kwdefaults__.values()):
+        n += sum(isinstance(d, dist.ProcessGroup) for d in f.__kwdefaults__.values())
+        f.__kwdefaults__ = {k: None if isinstance(d, dist.ProcessGroup) else d for k, d in f.__kwdefaults__.items()}
+    return n
+
+def unpin_groups(prefix:str='torch.distributed', # the modules looked at: this one and those below it
+                ) -> int: # defaults reset
+    "Reset to None every default argument holding a ProcessGroup in `prefix`'s functions and methods (`group=group.WORLD` in `torch.distributed.nn.functional`, tested with torch 2.13, keeps a destroyed group, its store and its listeners alive)"
+    import types
+    n = 0
+    for name, m in list(sys.modules.items()):
+        if m is None or not (name == prefix or name.startswith(prefix + '.')): continue
+        for v in list(vars(m).values()):  # (type(v), not isinstance: some module attributes warn when asked their class)
+            if issubclass(type(v), type) and v.__module__ == name:
+                fs = [f.__func__ if type(f) in (staticmethod, classmethod) else f for f in vars(v).values()]
+            else: fs = [v]
+            n += sum(_unpin(f) for f in fs if type(f) is types.FunctionType)
+    return n
 
 # %% ../nbs/00c_compat_torch.ipynb #3309f68d
 def reset_accelerate_state() -> bool: # False when this process has not imported accelerate

@@ -214,10 +214,16 @@ class RankState:
         self.replaced, self.fresh = None, False  # the pid of the engine this one replaced; True until the new engine reports a point
         self.received, self.every = 0, 0.1  # points received from this engine; seconds between its batches
 
-def _replacement(old:RankState) -> RankState:
-    "The state of a new engine in `old`'s rank (cl.restart): none of the old numbers; its first point starts a new run"
+def _replacement(old:RankState, # the replaced engine's state
+                 ranks:dict|None=None, # rank -> state, of every rank now
+                 slack:float=1.0, # seconds after the old engine's last message in which other ranks' points still came before the restart
+                ) -> RankState:
+    "The state of a new engine in `old`'s rank (cl.restart): none of the old numbers; the step its run had reached when the old engine ended decides its first point's run"
     rs = RankState(old.rank)
-    rs.run, rs.replaced, rs.fresh = old.run, old.pid, True
+    end = (old.last_t or old.seen) + slack  # the old engine ended about when it sent its last message (heartbeats: every batch interval)
+    reached = [s.step for s in [old, *(ranks or {}).values()]
+               if s.run == old.run and s.step is not None and (s is old or (s.rate and s.rate[-1][0] <= end))]  # (not what came after)
+    rs.run, rs.replaced, rs.fresh, rs.reached = old.run, old.pid, True, max(reached, default=None)  # (`Collector._run_of_new_engine`)
     return rs
 
 def _copy_state(s:RankState) -> RankState:
@@ -311,7 +317,7 @@ def _fold(self:Collector, msg:dict, now:float|None=None):
     r, steps = msg['rank'], msg['steps']
     rs = self.ranks.get(r)
     if rs is None: rs = self.ranks[r] = RankState(r)
-    if rs.pid is not None and msg['pid'] != rs.pid: rs = self.ranks[r] = _replacement(rs)  # cl.restart gave the rank a new engine
+    if rs.pid is not None and msg['pid'] != rs.pid: rs = self.ranks[r] = _replacement(rs, self.ranks)  # cl.restart gave the rank a new engine
     rs.pid, rs.host, rs.seen, rs.busy = msg['pid'], msg['host'], now or time.time(), msg['busy']
     rs.stop_eta, rs.every = msg.get('stop_eta'), msg.get('every', 0.1)  # inside a cooperative stop region: how long a stop would take
     load, flags = msg.get('load'), msg.get('flags')
@@ -326,11 +332,22 @@ def _fold(self:Collector, msg:dict, now:float|None=None):
         if flags: self.version += 1
         return  # a heartbeat alone is no news
     back, n = msg['back'], len(steps)  # where the step went back inside the batch (equal: more metrics, same step)
-    new = rs.fresh or (rs.step is not None and steps[0] < rs.step)  # the step went back since the last batch, or a new engine
+    if rs.fresh: new, rs.run, rs.fresh = False, self._run_of_new_engine(rs, steps[0]), False  # cl.restart: the run the others are in
+    else: new = rs.step is not None and steps[0] < rs.step  # the step went back since the last batch: a new run
     for a, b in zip([0] + back, back + [n]): self._fold_run(rs, msg, a, b, a > 0 or new)
     self.newest_t = max(self.newest_t, msg['ts'][-1])
     self.received += n; rs.received += n
     self.version += 1
+
+@patch
+def _run_of_new_engine(self:Collector, rs:RankState, # a new engine's state (`_replacement`), before its first point
+                       first:int, # the step of its first point
+                      ) -> int:
+    "A new engine's run (cl.restart): the newer run the other ranks moved to since, else the next run if `first` goes back from the step the old run had reached, else the old run"
+    newest = max((s.run for s in self.ranks.values() if s is not rs and s.step is not None), default=rs.run)
+    if newest > rs.run: return newest  # they started again first: join them
+    reached = getattr(rs, 'reached', None)
+    return rs.run + 1 if reached is not None and first < reached else rs.run  # back to an earlier step: the next run, the others follow
 
 @patch
 def _fold_run(self:Collector, rs:RankState, msg:dict, a:int, b:int, new:bool):

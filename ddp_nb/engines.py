@@ -9,7 +9,7 @@ import psutil
 from .core import engine_count, engines_per_host, mpi_host_args, pick_backend, slurm_script
 from .host import local_cpus, local_gpus, local_ipv4, probe_host, route_source, _ssh_target
 from .processes import ENGINE_CMD, cluster_procs, kill_procs, watch_owner
-from .compat_ipp import controller_process, engine_exits, engine_launchers, hub_answers, launcher_process, noninteractive
+from .compat_ipp import controller_process, engine_exits, engine_launchers, engine_state_file, hub_answers, launcher_process, noninteractive, stop_sync_thread
 
 # %% auto #0
 __all__ = ['ENGINE_MAIN', 'remote_count', 'controller_ip', 'ssh_hosts', 'remote_config', 'ipp_cluster', 'await_registration',
@@ -211,8 +211,10 @@ def stop_ipp(cluster, # the ipyparallel Cluster (None: only what `rc` can reach)
     t = threading.Thread(target=_polite_stop, args=(cluster, rc), daemon=True, name='ddp_nb-stop')
     t.start(); t.join(patience)  # a stopped or GIL-stuck engine never answers shutdown: don't wait for it forever
     if cluster_id: kill_procs(cluster_procs(cluster_id), grace=0.5)  # mostly the nannies, which take ~1.5 s to honour SIGTERM
-    try: os.remove(cluster.cluster_file)
-    except (OSError, AttributeError, TypeError): pass
+    stop_sync_thread(cluster)  # in a Jupyter kernel: the thread and loop ipyparallel's *_sync calls ran in (1 thread, 3 fds a cluster)
+    for f in (getattr(cluster, 'cluster_file', None), engine_state_file(cluster)):  # (the controller never removes the second)
+        try: os.remove(f)
+        except (OSError, TypeError): pass
 
 # %% ../nbs/02a_engines.ipynb #3f3c3d87
 _HINTS = {signal.SIGKILL: 'kill -9, or the out-of-memory killer', signal.SIGSEGV: 'a crash in native code',

@@ -5,7 +5,7 @@
 # %% ../nbs/02d_magics.ipynb #61cb19b1
 from __future__ import annotations
 import signal
-from .compat_ipp import record_outputs
+from .compat_ipp import forget_magics, record_outputs
 from .outputs import HOLD, RankOutput
 from .supervise import ClusterGone, Interrupted, Supervisor
 
@@ -67,6 +67,7 @@ def activate(owner, # the DDPCluster whose magics these are
     old = ip.magics_manager.registry.get('SupervisedMagics')  # (a restart makes new magics: %pxresult still finds the last task)
     magics = px_magics(ip, view, sup, interrupt)
     if old is not None and _active[0] is owner: magics.last_result = getattr(old, 'last_result', None)
+    forget_magics(ip, lambda m: type(m).__name__ == 'SupervisedMagics')  # the shell keeps every one, and with it its cluster
     ip.magics_manager.register(magics)
     def rank(line, cell):
         "%%rank RANKS [px flags]: run the cell on the ranks RANKS ('0', '0,2', '1:', 'all')"

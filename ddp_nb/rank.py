@@ -133,10 +133,11 @@ def close_store():
 
 # %% ../nbs/01b_rank.ipynb #a938fe25
 def drop_group():
-    "Destroy the default process group if there is one, and reset torch's group counter either way"
+    "Destroy the default process group if there is one (nothing of torch's keeps it alive after), and reset torch's group counter either way"
     import torch.distributed as dist
     if dist.is_initialized(): dist.destroy_process_group()
-    from ddp_nb.compat_torch import reset_group_count
+    from ddp_nb.compat_torch import reset_group_count, unpin_groups
+    unpin_groups()  # defaults that captured a group (torch.distributed.nn): else it, its store and its listeners outlive it
     # a failed or interrupted init_process_group leaves the counter raised on that rank only: the ranks would then
     # disagree on the next group's name (its store prefix) and never meet
     reset_group_count()
