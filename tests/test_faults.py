@@ -74,7 +74,9 @@ def stop_time(out):
 
 def restart_and_check(k):
     "cl.restart() recovers: health check passes and the cluster has as many processes as when it started"
-    took, out, err, _ = k.run("cl.restart(); assert cl.check()")
+    took, out, err, _ = k.run("cl.restart()")
+    assert err is None, out
+    _, out, err, _ = k.run("cl.run(lambda: None); assert cl.check()")  # (new ranks ready their records first: seconds on a busy machine)
     assert err is None, out
     assert k.value("len(cluster_procs(cl.cluster_id)) == n_procs"), "a replaced engine left processes behind"
     return took
@@ -298,7 +300,8 @@ def test_noblock_result_of_an_interrupted_stopped_rank(k):
         assert took < 5 and err and err.startswith('Interrupted'), (read, out)
         assert 'ranks [1] were stopped (SIGSTOP' in out and 'cl.interrupt() replaced ranks' in out, out
         assert not ENGINE_IDS.search(out), out
-    assert k.value("cl.check()") and k.value("len(cluster_procs(cl.cluster_id)) == n_procs")
+    _, out, err, _ = k.run("%%px\nt = torch.ones(1); dist.all_reduce(t)")  # the replaced ranks work (once they readied their records)
+    assert err is None and k.value("cl.check()") and k.value("len(cluster_procs(cl.cluster_id)) == n_procs"), out
 
 
 def stop_from_outside(cluster_id):
