@@ -262,7 +262,7 @@ class Collector:
         self.sock = self.ctx.socket(zmq.PULL)
         self.sock.setsockopt(zmq.LINGER, 0)
         self.sock.setsockopt(zmq.MAXMSGSIZE, MAX_BATCH + 32)  # a bigger frame closes its connection unread
-        self.sock.setsockopt(zmq.RCVHWM, 64)  # per sender: at most 64 MB waiting
+        self.sock.setsockopt(zmq.RCVHWM, 8)  # per connection: 8 MiB waiting at most (64 let 8 flooding connections hold 450 MiB); a rank's backlog waits on its side
         self.addr = f"tcp://{host}:{self.sock.bind_to_random_port(f'tcp://{host}')}"
         self.dropped, self.seqs = dict(foreign=0, invalid=0, replayed=0), {}  # refused messages; {rank: {sid: newest seq}} of its last 8 reporters
         self.history, self.ranks, self.listeners, self.tick = History(cap), {}, [], tick
@@ -440,11 +440,11 @@ def _loop(self:Collector):
     self.sock.close(); self.ctx.term()  # this thread owns the socket: it closes it
 
 @patch
-def _drain(self:Collector, zmq, most:int=1000):
-    "Fold up to `most` waiting batches under one lock (1,024 ranks send 2,000 a second: per-batch overheads add up)"
-    raw = []
-    while len(raw) < most:
-        try: raw.append(self.sock.recv(flags=zmq.NOBLOCK))
+def _drain(self:Collector, zmq, most:int=1000, size:int=16 * MAX_BATCH):
+    "Fold up to `most` waiting batches, `size` bytes at most, under one lock (1,024 ranks send 2,000 a second: per-batch overheads add up)"
+    raw, n = [], 0
+    while len(raw) < most and n < size:  # bytes too: a flood of 1 MiB frames held 1,000 of them here (1 GiB) before the first was read
+        try: raw.append(self.sock.recv(flags=zmq.NOBLOCK)); n += len(raw[-1])
         except zmq.Again: break
     self._take(raw, time.time())
 

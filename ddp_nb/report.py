@@ -189,19 +189,12 @@ def unsign(key:bytes, # `report_key`
 
 # %% ../nbs/01a_report.ipynb #54904e22
 def _int(v, lo:int=0, hi:int=2**63 - 1) -> bool: return type(v) is int and lo <= v <= hi
-def _num(v, lo:float=-math.inf) -> bool:  # a JSON int beyond the float range: math.isfinite raised OverflowError
-    t = type(v)
-    return (t is float and math.isfinite(v) or t is int and -2**63 <= v < 2**63) and v >= lo
+def _num(v, lo:float=-math.inf) -> bool:  # an int beyond 64 bits: math.isfinite raised OverflowError
+    return (type(v) is float and math.isfinite(v) or type(v) is int and -2**63 <= v < 2**63) and v >= lo
 def _text(v, n:int=MAX_TEXT) -> bool: return type(v) is str and len(v) <= n and v.isprintable()
-def _name(v) -> bool: return _text(v, MAX_NAME) and len(v) > 0
+def _name(v) -> bool: return type(v) is str and 0 < len(v) <= MAX_NAME and v.isprintable()
 
 def _flag(f) -> bool: return type(f) is list and len(f) == 3 and _int(f[0], -2**63) and _name(f[1]) and _text(f[2])
-def _error(e) -> bool: return e is None or (type(e) is list and len(e) == 2 and _num(e[0]) and _text(e[1]))
-def _load(d) -> bool:  # what LoadSampler sends: cpu and rss; gpu, gpu_mem and gpu_total together or not at all; maybe gpu_note
-    if type(d) is not dict: return False
-    nums = d.keys() - {'gpu_note'}
-    return ((nums == _CPU or nums == _GPU) and all(_num(d[k], 0) for k in nums)
-            and ('gpu_note' not in d or _text(d['gpu_note'])))
 def _cols(cs, n) -> bool:
     if type(cs) is not list or len(cs) > MAX_METRICS: return False
     seen = set()
@@ -211,19 +204,23 @@ def _cols(cs, n) -> bool:
     return True
 def _back(b, n) -> bool:
     return type(b) is list and (not b or all(_int(i, 1, n - 1) for i in b) and all(a < c for a, c in zip(b, b[1:])))
-def _flags(v, n) -> bool: return type(v) is list and len(v) <= MAX_FLAGS and all(map(_flag, v))
-def _index(v, n) -> bool: return type(v) is int and 0 <= v < 2**63  # rank, dropped, seq
-def _bool(v, n) -> bool: return type(v) is bool
+def _load(d, n) -> bool:  # as LoadSampler takes it: cpu and rss, then gpu, gpu_mem and gpu_total or none of them; maybe gpu_note
+    if type(d) is not dict: return False
+    k = len(d) - ('gpu_note' in d)
+    return (k == 2 or k == 5) and all(_num(d.get(x), 0) for x in LOAD_KEYS[:k]) and ('gpu_note' not in d or _text(d['gpu_note']))
 
 LOAD_KEYS = ('cpu', 'rss', 'gpu', 'gpu_mem', 'gpu_total')
-_CPU, _GPU = set(LOAD_KEYS[:2]), set(LOAD_KEYS)
-HEAD = dict(  # field: (required, check(value, n)); any other field is refused. A check is one call: check_head costs ~2 µs
-    wire=(True, lambda v, n: v == WIRE), order=(True, lambda v, n: v == 'little' or v == 'big'), n=(True, lambda v, n: _int(v, 0, MAX_POINTS)),
-    back=(True, _back), cols=(True, _cols), rank=(True, _index), pid=(True, lambda v, n: _int(v, 1)),
-    host=(True, lambda v, n: _text(v, 256)), t=(False, lambda v, n: _num(v)), every=(False, lambda v, n: _num(v, 1e-3) and v <= 3600),
-    busy=(True, _bool), cell=(False, _bool), dropped=(False, _index), flags=(False, _flags), error=(False, lambda v, n: _error(v)),
-    stop_eta=(False, lambda v, n: v is None or _num(v, 0)), load=(False, lambda v, n: _load(v)),
-    sid=(False, lambda v, n: _text(v, 64)), seq=(False, _index))
+HEAD = dict(  # field: (required, check(value, n)); any other field is refused. One call a field: check_head is a few µs
+    wire=(True, lambda v, n: type(v) is int and v == WIRE), order=(True, lambda v, n: v == 'little' or v == 'big'),
+    n=(True, lambda v, n: type(v) is int and 0 <= v <= MAX_POINTS), back=(True, _back), cols=(True, _cols),
+    rank=(True, lambda v, n: type(v) is int and 0 <= v < 2**63), pid=(True, lambda v, n: type(v) is int and 0 < v < 2**63),
+    host=(True, lambda v, n: type(v) is str and len(v) <= 256 and v.isprintable()), t=(False, lambda v, n: _num(v)),
+    every=(False, lambda v, n: _num(v, 1e-3) and v <= 3600), busy=(True, lambda v, n: type(v) is bool),
+    cell=(False, lambda v, n: type(v) is bool), dropped=(False, lambda v, n: type(v) is int and 0 <= v < 2**63),
+    flags=(False, lambda v, n: type(v) is list and len(v) <= MAX_FLAGS and all(map(_flag, v))),
+    error=(False, lambda v, n: v is None or type(v) is list and len(v) == 2 and _num(v[0]) and _text(v[1])),
+    stop_eta=(False, lambda v, n: v is None or _num(v, 0)), load=(False, _load),
+    sid=(False, lambda v, n: type(v) is str and len(v) <= 64 and v.isprintable()), seq=(False, lambda v, n: type(v) is int and 0 <= v < 2**63))
 _REQUIRED = {k for k, (req, _) in HEAD.items() if req}
 
 def _brief(v) -> str:
