@@ -3,7 +3,7 @@ the blocking %%px training cell is still running."""
 import json, os, re, secrets, shutil, socket, subprocess, sys, time, urllib.request
 from pathlib import Path
 import pytest
-from conftest import ROOT
+from conftest import ROOT, ours
 
 CHROMIUM = shutil.which('chromium') or '/usr/bin/chromium'
 SHOTS = ROOT / 'build' / 'browser'
@@ -66,6 +66,8 @@ def _serve(tmp_path, notebooks, theme=None):
     p.terminate()
     try: p.wait(30)
     except subprocess.TimeoutExpired: p.kill(); p.wait()
+    deadline = time.monotonic() + 60  # the notebook's kernel ended with JupyterLab: its cluster's owner watch ends the cluster
+    while ours() and time.monotonic() < deadline: time.sleep(0.2)  # (seconds on a busy machine): the next test starts clean
 
 
 @pytest.fixture
