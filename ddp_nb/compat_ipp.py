@@ -176,10 +176,8 @@ def stop_sync_thread(obj, # an ipyparallel Cluster (any `AsyncFirst`), or None
                      timeout:float=5, # seconds to wait for the thread to end
                     ) -> bool: # True if a thread was running and is now stopped, its loop closed
     "Stop the event-loop thread `obj`'s `*_sync` methods started under a running loop and close its loop (`AsyncFirst._async_thread` and `._thread_loop`, tested with ipyparallel 9.2, which never stops them)"
-    t = getattr(obj, '_async_thread', None)
-    if t is None: return False
-    loop = getattr(obj, '_thread_loop', None)
-    if loop is None or not hasattr(loop, 'add_callback'): raise missing('AsyncFirst._thread_loop (the loop of its _async_thread)')
+    t, loop = getattr(obj, '_async_thread', None), getattr(obj, '_thread_loop', None)
+    if t is None or not hasattr(loop, 'add_callback'): return False  # none started (or another ipyparallel: the test below says so)
     if t.is_alive():
         loop.add_callback(loop.stop)
         t.join(timeout)

@@ -125,15 +125,15 @@ def _guarded(launch, refuse):
     return guarded
 
 # %% ../nbs/00c_compat_torch.ipynb #b17fea1f
+def _is_group(v) -> bool: return issubclass(type(v), dist.ProcessGroup)  # (type(v), not isinstance: some objects warn when asked their class)
+
 def _unpin(f) -> int:
     "Reset the defaults of function `f` that hold a ProcessGroup to None; how many"
     n = 0
-    if f.__defaults__ and any(isinstance(d, dist.ProcessGroup) for d in f.__defaults__):
-        n += sum(isinstance(d, dist.ProcessGroup) for d in f.__defaults__)
-        f.__defaults__ = tuple(None if isinstance(d, dist.ProcessGroup) else d for d in f.__defaults__)
-    if f.__kwdefaults__ and any(isinstance(d, dist.ProcessGroup) for d in f.__kwdefaults__.values()):
-        n += sum(isinstance(d, dist.ProcessGroup) for d in f.__kwdefaults__.values())
-        f.__kwdefaults__ = {k: None if isinstance(d, dist.ProcessGroup) else d for k, d in f.__kwdefaults__.items()}
+    if f.__defaults__ and (k := sum(map(_is_group, f.__defaults__))):
+        n += k; f.__defaults__ = tuple(None if _is_group(d) else d for d in f.__defaults__)
+    if f.__kwdefaults__ and (k := sum(map(_is_group, f.__kwdefaults__.values()))):
+        n += k; f.__kwdefaults__ = {a: None if _is_group(d) else d for a, d in f.__kwdefaults__.items()}
     return n
 
 def unpin_groups(prefix:str='torch.distributed', # the modules looked at: this one and those below it
@@ -143,7 +143,7 @@ def unpin_groups(prefix:str='torch.distributed', # the modules looked at: this o
     n = 0
     for name, m in list(sys.modules.items()):
         if m is None or not (name == prefix or name.startswith(prefix + '.')): continue
-        for v in list(vars(m).values()):  # (type(v), not isinstance: some module attributes warn when asked their class)
+        for v in list(vars(m).values()):
             if issubclass(type(v), type) and v.__module__ == name:
                 fs = [f.__func__ if type(f) in (staticmethod, classmethod) else f for f in vars(v).values()]
             else: fs = [v]
