@@ -16,7 +16,7 @@ from .ranks import Rank, RankSet, gather, push
 from .engines import (await_registration, connect_existing, controller_ip, death_cause, exit_code, ipp_cluster, remote_count,
                             ssh_hosts, start_more, stop_ipp, wait_for_engines, watch_exits)
 from .group import collector_host, form_group, network, plan_group, release, teardown
-from .supervise import Supervisor, show_stacks, stopped_ranks, where
+from .supervise import Supervisor, interrupted_line, show_stacks, stop_line, stopped_ranks, where
 from .magics import activate, deactivate
 from .launch import run_script
 from .compare import compare
@@ -180,8 +180,9 @@ class DDPCluster:
     # ---- recovery
     def interrupt(self, grace:float=1, # seconds the ranks get to stop after the first SIGINT (half that after the second)
                   ar=None, # the interrupted AsyncResult, to report what each rank did
+                  before=None, # called once the ranks stopped, before the line saying how is printed (a %%px cell shows the ranks' last output there)
                  ) -> dict: # rank -> what happened: 'stopped' (cooperatively), 'interrupted', 'ended', 'finished'; 'gone': stopped outside this notebook
-        "Stop what the ranks are running: at the same batch where loops allow it, else by SIGINT; replace ranks still stuck"
+        "Stop what the ranks are running: at the same batch where loops allow it, else by SIGINT; replace ranks still stuck. Prints one line: where they stopped"
         if self._stopped_outside(): print(self._outside, file=sys.stderr); return {r: 'gone' for r in range(self.world_size)}
         self._live()
         self._sup.claim_all()  # what happened to each rank is reported here, not by the background watcher
@@ -206,29 +207,28 @@ class DDPCluster:
         out = {r: 'ended' if r in ended else {'stopped': 'stopped', 'error': 'interrupted'}.get(states.get(r, ('ok',))[0], 'finished')
                for r in range(self.world_size)}
         took = time.monotonic() - t0
-        if ended:
+        if before is not None: before()
+        if ended:  # state lost: said on stderr
             stuck = [r for r in ended if r not in stopped + died]
             why = [f"ranks {stopped} were stopped (SIGSTOP?) and were ended"] * bool(stopped) \
                 + [f"ranks {stuck} were stuck (in a collective?) and were ended"] * bool(stuck) \
                 + [f"the engine of rank {r} {self._death(r)}" for r in died]
             kept = [r for r in range(self.world_size) if r not in ended]
-            said = (f"every rank stopped in {took:.1f}s; {'; '.join(why)}: their state is lost" + (f"; ranks {kept} kept theirs" if kept else '') + ".")
-            print(f"Interrupted: {said} Replacing the ended ranks:", file=sys.stderr)
+            said = (f"Interrupted: every rank stopped in {took:.1f}s; {'; '.join(why)}: their state is lost" + (f"; ranks {kept} kept theirs" if kept else '') + ".")
+            print(f"{said} Replacing the ended ranks:", file=sys.stderr)
             self._sup.interrupted(ar, f"{said} cl.interrupt() replaced ranks {ended}: re-run your setup cells on them.")
             self.restart(ended)
-        elif all(v == 'stopped' for v in out.values()):
-            said = f"every rank stopped in {took:.1f}s, before the same batch; nothing lost, the process group is healthy."
-            print(f"Stopped cooperatively: {said} Run the cell again to continue.", file=sys.stderr)
-            self._sup.interrupted(ar, f"stopped cooperatively by cl.interrupt(): {said}")
+        elif (line := stop_line(states)) is not None and all(v == 'stopped' for v in out.values()):  # a stop asked for: plain output
+            print(line)
+            self._sup.interrupted(ar, line, calm=True)
         else:
             healthy = self.check()
             if not healthy: self.reform()
-            said = (f"every rank stopped in {took:.1f}s ({', '.join(f'rank {r}: {v}' for r, v in out.items())}); every rank kept its "
-                    + ("state, and the process group is healthy." if healthy else
-                       "state. The ranks were out of step, so the process group was re-created: rebuild what was bound to the "
-                       "old one (model = rewrap(model))."))
-            print(f"Interrupted: {said}", file=sys.stderr)
-            self._sup.interrupted(ar, f"by cl.interrupt(): {said}")
+            line = interrupted_line(states) + " — every rank kept its state" + (
+                f" and the process group is healthy (stopped in {took:.1f}s)." if healthy else f" (stopped in {took:.1f}s), but the ranks were "
+                "out of step, so the process group was re-created: rebuild what was bound to the old one (model = rewrap(model)).")
+            print(line, file=sys.stdout if healthy else sys.stderr)
+            self._sup.interrupted(ar, line, calm=healthy)
         return out
 
     def restart(self,
@@ -391,7 +391,7 @@ class DDPCluster:
         "Call `fn(*args, **kwargs)` on the selected ranks: {rank: result}, supervised like a `%%px` cell"
         self._live()
         ars = self._ranks.call_async(fn, *args, ranks=ranks, **kwargs)
-        for ar in ars.values(): self._sup.watch(ar)
+        for ar in ars.values(): self._sup.watch(ar, blocking=True)  # waited for here: a failure is this call's error, not a notice
         return gather(ars, f"{getattr(fn, '__name__', 'the call')}()", 1e9 if timeout is None else timeout)
 
     def run(self, f, # function to call on every selected rank

@@ -4,34 +4,47 @@
 
 # %% ../nbs/00h_collectives.ipynb #c3100003
 from __future__ import annotations
-import html, json, os, re, sys, threading, time
+import html, itertools, json, os, re, sys, threading, time
 from pathlib import Path
 from .processes import rank_dir, write_private
 
 # %% auto #0
 __all__ = ['is_cell', 'source_line', 'to_records', 'records', 'current', 'collectives_file', 'write_records', 'warm_up',
            'warm_up_soon', 'ring_size', 'install', 'writer_stats', 'uninstall', 'read_records', 'fingerprint',
-           'describe_record', 'desync_report', 'CollectivesTable', 'collectives_table', 'set_debug']
+           'describe_record', 'nth', 'desync_report', 'CollectivesTable', 'collectives_table', 'set_debug']
 
 # %% ../nbs/00h_collectives.ipynb #c3100007
 _DTYPES = dict(Float='float32', Double='float64', Half='float16', BFloat16='bfloat16', Long='int64', Int='int32', Short='int16',
                Char='int8', Byte='uint8', Bool='bool', ComplexFloat='complex64', ComplexDouble='complex128')
 _CELL = re.compile(r'(ipykernel_\d+[/\\]\d+\.py|<ipython-input-[^>]*>)$')
-_LIB = re.compile(r'[/\\](torch[/\\]|ddp_nb[/\\]collectives\.py$|contextlib\.py$|functools\.py$)|^<frozen ')
+_LIB = re.compile(r'[/\\](torch|ddp_nb)[/\\]|[/\\](contextlib|functools)\.py$|^<frozen |^<string>$')
+_ENGINE = re.compile(r'[/\\](IPython|ipykernel|ipyparallel)[/\\]')  # where the engine's own machinery starts (its event loop below)
+_DDP_NB = re.compile(r'[/\\]ddp_nb[/\\]')
+_OWN = dict(check_group="ddp_nb's group check (cl.start, cl.reform, cl.restart)", health="ddp_nb's health check (cl.check)")
 
 def is_cell(filename:str) -> bool:
     "Whether `filename` is a cell run by an IPython kernel (an engine's `%%px` cell)"
     return bool(_CELL.search(filename or ''))
 
+def _text(f:dict, most:int=60) -> str:
+    "': the source' of a frame's line where this process has it (a cell's too: IPython keeps it in linecache), else ''"
+    import linecache
+    try: s = ' '.join(linecache.getline(f['filename'], f['line']).split())
+    except Exception: s = ''
+    return f": {s if len(s) <= most else s[:most - 1] + '…'}" if s else ''
+
 def source_line(frames:list, # flight-recorder frames, innermost first: dicts with filename, line, name
                ) -> str|None:
-    "The user's line that issued a collective: 'cell line N', or 'file.py:N (cell line M)' when a cell called that code"
+    "The user's line that issued a collective: 'cell line 4: dist.all_reduce(t)', or 'file.py:N (cell line M: ...)' when a cell called that code; never a line of ddp_nb (its own collectives, called from no cell: \"ddp_nb's health check\")"
+    frames = list(itertools.takewhile(lambda f: not _ENGINE.search(f['filename']), frames))  # what ran the cell (or the call) is not the user's
     user = next((f for f in frames if not _LIB.search(f['filename'])), None)
-    if user is None: return None
+    if user is None:
+        own = [f for f in frames if _DDP_NB.search(f['filename'])]
+        return (_OWN.get(own[0]['name']) or f"ddp_nb's {own[0]['name']}()") if own else None
     cell = next((f for f in frames if is_cell(f['filename'])), None)
-    if is_cell(user['filename']): return f"cell line {user['line']}"
+    if is_cell(user['filename']): return f"cell line {user['line']}{_text(user)}"
     here = f"{Path(user['filename']).name}:{user['line']}"
-    return here + (f" (cell line {cell['line']})" if cell else '')
+    return here + (f" (cell line {cell['line']}{_text(cell)})" if cell else '')
 
 # %% ../nbs/00h_collectives.ipynb #c3100009
 def _shape(s) -> str: return '[' + ', '.join(map(str, s)) + ']'
@@ -186,28 +199,32 @@ def fingerprint(r:dict) -> tuple:
 def describe_record(r:dict, # a record
                     group:bool=False, # name its process group
                    ) -> str:
-    "'all_reduce #17 [1000] float32 at cell line 4'"
+    "'all_reduce [1000] float32 at cell line 4: dist.all_reduce(t)'"
     dt = sorted(set(r['dtypes']))
-    s = f"{r['op']} #{r['seq']}" + (f" on group {r['pg']}" if group else '') + (f" {'+'.join(r['shapes'])}" if r['shapes'] else '') + (f" {'/'.join(dt)}" if dt else '')
+    s = r['op'] + (f" on group {r['pg']}" if group else '') + (f" {'+'.join(r['shapes'])}" if r['shapes'] else '') + (f" {'/'.join(dt)}" if dt else '')
     return s + (f" at {r['where']}" if r.get('where') else '')
+
+def nth(n:int) -> str:
+    "'1st', '2nd', '3rd', '11th', '1511th': a collective's place in a rank's sequence, in words"
+    return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
 
 _STATE = dict(dead='is dead', stopped='is stopped (SIGSTOP or a debugger), not running', lost='is lost (its host does not answer)')
 
 def _what(rank, r, state, grp) -> str:
     "One rank at the disagreeing collective"
-    if state in _STATE: return f"rank {rank} {_STATE[state]}; its last recorded collective: {describe_record(r, grp)}" + (' (pending)' if r['state'] == 'pending' else '')
+    if state in _STATE: return f"rank {rank} {_STATE[state]}; its last recorded collective was its {nth(r['seq'])}: {describe_record(r, grp)}" + (' (pending)' if r['state'] == 'pending' else '')
     verb = 'is in' if r['state'] == 'pending' and state == 'running' else 'issued'
     return f"rank {rank} {verb} {describe_record(r, grp)}"
 
 # %% ../nbs/00h_collectives.ipynb #c3100014
 def _not_issued(rank, lastr, state, ref, grp) -> str:
     "A rank that never issued the collective `ref` the others did"
-    was = f"it last issued {describe_record(lastr, grp)}" if lastr else "it issued none on this group"
+    was = f"its last was its {nth(lastr['seq'])}: {describe_record(lastr, grp)}" if lastr else "it issued none on this group"
     if state in _STATE: return f"rank {rank} {_STATE[state]}: {was}"
-    if state == 'running' and lastr and lastr['state'] == 'pending': return f"rank {rank} has not issued {ref['op']} #{ref['seq']}: it waits in an earlier one ({was})"
-    if state == 'running': return f"rank {rank} has not issued {ref['op']} #{ref['seq']} ({was}, and runs outside any collective): it skipped it, or is slow to get there"
+    if state == 'running' and lastr and lastr['state'] == 'pending': return f"rank {rank} has not issued the {ref['op']}: it waits in an earlier one ({was})"
+    if state == 'running': return f"rank {rank} has not issued the {ref['op']} ({was}, and runs outside any collective): it skipped it, or is slow to get there"
     how = {'finished': 'it finished the cell', 'raised': 'it raised an error'}.get(state, f'it is {state}')
-    return f"rank {rank} skipped {ref['op']} #{ref['seq']} ({was}; {how})"
+    return f"rank {rank} skipped the {ref['op']} ({was}; {how})"
 
 def _ranks(rs) -> str: return ('rank ' if len(rs) == 1 else 'ranks ') + ','.join(map(str, rs))
 
@@ -244,13 +261,13 @@ def desync_report(records:dict, # rank -> records, oldest first (`read_records`)
                 ref = at[present[0]]
                 waiting = [r for r in present if at[r]['state'] == 'pending' and states[r] == 'running']
                 lines = [_not_issued(r, seqs[r][max(seqs[r])] if seqs[r] else None, states[r], ref, grp) for r in ranks if at[r] is None]
-                lines += [f"{_ranks(waiting)} wait{'s' if len(waiting) == 1 else ''} in {describe_record(ref, grp)}"] if waiting else []
-            out.append(f"collectives out of step at #{n}{' on group ' + g[0] if grp else ''}: " + '; '.join(lines))
+                lines += [f"{_ranks(waiting)} wait{'s' if len(waiting) == 1 else ''} in it: {describe_record(ref, grp)}"] if waiting else []
+            out.append(f"collectives out of step at each rank's {nth(n)} collective{' on group ' + g[0] if grp else ''}: " + '; '.join(lines))
             break
     bad = [r for r in allranks if states[r] in _STATE]  # name the ranks that cannot go on, and (in step) what the others wait in
     if bad:
         lines = [_what(r, records[r][-1], states[r], grp) if records[r] else f"rank {r} {_STATE[states[r]]}; no collective recorded" for r in bad]
-        if not out: lines += [f"rank {r} waits in {describe_record(records[r][-1], grp)}" for r in ranks if records[r] and records[r][-1]['state'] == 'pending']
+        if not out: lines += [f"rank {r} waits in its {nth(records[r][-1]['seq'])} collective: {describe_record(records[r][-1], grp)}" for r in ranks if records[r] and records[r][-1]['state'] == 'pending']
         out.append('; '.join(lines))
     if not out: return None
     if unknown: out.append(f"({_ranks(unknown)}: no records, the recorder is not installed there)")

@@ -251,8 +251,9 @@ _result_classes = {}  # an AsyncResult class -> its supervised subclass
 
 def supervised_result(ar, # an ipyparallel AsyncResult (or AsyncMapResult)
                       resolve, # called as resolve(ar, timeout) before `ar.get` returns or raises: may raise an error of its own
+                      relabel=None, # called with ipyparallel's own error (RemoteError, CompositeError) before `get` raises it: may change how it shows
                      ):
-    "`ar` itself, its class swapped for a subclass whose `get` (so `ar.r` and `%pxresult` too) calls `resolve` first (overrides ipyparallel 9.2's (tested) `AsyncResult.get(timeout, return_exceptions, return_when)`)"
+    "`ar` itself, its class swapped for a subclass whose `get` (so `ar.r` and `%pxresult` too) calls `resolve` first, and `relabel` on the error it raises (overrides ipyparallel 9.2's (tested) `AsyncResult.get(timeout, return_exceptions, return_when)`)"
     from ipyparallel import AsyncResult
     if not isinstance(ar, AsyncResult) or type(ar) in _result_classes.values(): return ar
     base = type(ar)
@@ -263,10 +264,13 @@ def supervised_result(ar, # an ipyparallel AsyncResult (or AsyncMapResult)
                 raw = return_exceptions or (return_exceptions is None and getattr(self, '_return_exceptions', False)) or return_when is not None
                 if raw: return super().get(timeout, return_exceptions, return_when)
                 self._ddp_nb_resolve(self, None if forever else timeout)
-                return super().get(None if forever else 0)  # resolve waited already
+                try: return super().get(None if forever else 0)  # resolve waited already
+                except Exception as e:
+                    if getattr(self, '_ddp_nb_relabel', None) is not None and not isinstance(e, TimeoutError): self._ddp_nb_relabel(e)
+                    raise
         SupervisedResult.__name__ = SupervisedResult.__qualname__ = base.__name__  # reprs stay ipyparallel's
         _result_classes[base] = SupervisedResult
-    ar._ddp_nb_resolve = resolve
+    ar._ddp_nb_resolve, ar._ddp_nb_relabel = resolve, relabel
     ar.__class__ = _result_classes[base]
     return ar
 

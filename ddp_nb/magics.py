@@ -4,13 +4,13 @@
 
 # %% ../nbs/02d_magics.ipynb #61cb19b1
 from __future__ import annotations
-import signal
+import signal, sys
 from .compat_ipp import forget_magics, record_outputs
 from .outputs import HOLD, RankOutput
 from .supervise import ClusterGone, Interrupted, Supervisor
 
 # %% auto #0
-__all__ = ['px_magics', 'activate', 'deactivate']
+__all__ = ['px_magics', 'stop_error', 'quiet_interrupts', 'activate', 'deactivate']
 
 # %% ../nbs/02d_magics.ipynb #c6221f1a
 def px_magics(shell, # the IPython shell
@@ -30,6 +30,9 @@ def px_magics(shell, # the IPython shell
             stream = self.stream_output if stream_output is None else stream_output
             live_after = HOLD if stream else None  # output as it arrives, from 0.1 s on (ipyparallel's progress_after: 2 s)
             ar = out = None
+            shown = []
+            def last_output():  # every line of the ranks, once, before the error or the line saying how they stopped
+                if out is not None and not shown: shown.append(True); out.show(final=True)
             try:
                 ar = sup.last_ar = super().parallel_execute(cell, block=False, save_name=save_name)
                 out = RankOutput(ar, sup.rs.rank_of_engine(), live_after)
@@ -38,14 +41,35 @@ def px_magics(shell, # the IPython shell
                 old = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second press must not abandon the clean-up halfway
                 try:
                     if out is not None: out.show()
-                    interrupt(ar=ar)
+                    did = interrupt(ar=ar, before=last_output)  # prints the line that says where the ranks stopped
                 finally: signal.signal(signal.SIGINT, old)
-                raise Interrupted("the cell was stopped on every rank (see above)") from None
-            finally:
-                if out is not None: out.show(final=True)  # every line, before the error (if any) is shown
+                raise stop_error(ar, did) from None
+            finally: last_output()
     return SupervisedMagics(shell, view)
 
+def stop_error(ar, # the cell's task (None: the stop came before it was sent)
+            did:dict, # what `interrupt` returned: rank -> what happened ({}: nothing was running)
+           ) -> Interrupted:
+    "What a %%px cell raises once the stop button stopped it: the line `interrupt` printed (marked shown), or what happened if it printed none"
+    said = getattr(getattr(ar, '_ddp_watch', None), 'interrupted', None)
+    if said: return Interrupted(*said, shown=True)
+    if did and all(v == 'gone' for v in did.values()): return Interrupted('the cluster was stopped outside this notebook', shown=True)
+    if ar is None: return Interrupted('stopped before the cell was sent to the ranks: it did not run', calm=True)
+    return Interrupted('the stop came as the cell ended: every rank had finished it', calm=True)
+
 # %% ../nbs/02d_magics.ipynb #121d635b
+def quiet_interrupts(shell, # an IPython InteractiveShell (the notebook's kernel)
+                    ):
+    "Make `shell` end a cell that raised `Interrupted` with the error's one line (unless shown) and no traceback: plain output if it was calm, stderr if not. The cell still fails, so Run All, nbclient, papermill and nbdev_test stop there; a custom handler set before keeps its exceptions"
+    if Interrupted in tuple(shell.custom_exceptions): return
+    others, before = tuple(shell.custom_exceptions), shell.CustomTB
+    def handler(sh, etype, value, tb, tb_offset=None):
+        if not isinstance(value, Interrupted): return before(etype, value, tb, tb_offset=tb_offset)
+        if not value.shown: print(value, file=sys.stdout if value.calm else sys.stderr, flush=True)
+        sh._last_traceback = [str(value)]  # what ipykernel's execute_reply carries (nbclient quotes it), instead of an older error's
+        return []
+    shell.set_custom_exc(others + (Interrupted,), handler)
+
 _active = [None]  # who owns the %px / %rank magics now (a DDPCluster)
 
 def _ipython():
@@ -64,6 +88,7 @@ def activate(owner, # the DDPCluster whose magics these are
     record_outputs(view.client)  # every output message of every task, in order (display updates, clear_output)
     ip = _ipython()
     if ip is None: return
+    quiet_interrupts(ip)
     old = ip.magics_manager.registry.get('SupervisedMagics')  # (a restart makes new magics: %pxresult still finds the last task)
     magics = px_magics(ip, view, sup, interrupt)
     if old is not None and _active[0] is owner: magics.last_result = getattr(old, 'last_result', None)

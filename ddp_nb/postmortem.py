@@ -43,15 +43,29 @@ def _short(v, n:int=80) -> str:
     except Exception as e: r = f"<{type(v).__name__}: repr failed: {e}>"
     return r if len(r) <= n else r[:n - 1] + '…'
 
+def _cell_names(frame, most:int=20) -> list:
+    "The variables a cell's code reads or assigns, in the order they first appear (a cell's frame has no locals of its own: its namespace is the whole notebook's); modules, classes and functions left out"
+    import ast, types
+    src = ''.join(linecache.getlines(frame.f_code.co_filename, frame.f_globals))
+    try: names = [n.id for n in sorted((n for n in ast.walk(ast.parse(src)) if isinstance(n, ast.Name)), key=lambda n: (n.lineno, n.col_offset))]
+    except (SyntaxError, ValueError): names = list(frame.f_code.co_names)  # no source: the names its code uses
+    skip = (types.ModuleType, type, types.FunctionType, types.BuiltinFunctionType, types.MethodType)
+    ns = frame.f_locals
+    return [k for k in dict.fromkeys(names) if not k.startswith('_') and k in ns and not isinstance(ns[k], skip)][:most]
+
+def _locals(frame, width:int) -> dict:
+    "A frame's local variables as short reprs; for a cell (or a module), the variables its code uses"
+    if frame.f_code.co_name == '<module>': return {k: _short(frame.f_locals[k], width) for k in _cell_names(frame)}
+    return {k: _short(v, width) for k, v in frame.f_locals.items() if not k.startswith('__')}
+
 def failed_frames(width:int=80, # characters of each local's repr
                  ) -> dict: # error: 'Name: message' (or None), frames: outermost first, each where/function/line/locals
-    "Rank side: the frames of the last uncaught error on this rank, with their local variables as short reprs"
+    "Rank side: the frames of the last uncaught error on this rank, with their local variables as short reprs (a cell's: the variables its code uses)"
     tb = _last_traceback()
     if tb is None: return dict(error=None, frames=[])
     err = getattr(sys, 'last_value', None) or getattr(sys, 'last_exc', None)
     frames = [dict(where=where_text(f.f_code.co_filename, n), function=f.f_code.co_name,
-                   line=linecache.getline(f.f_code.co_filename, n, f.f_globals).strip(),
-                   locals={k: _short(v, width) for k, v in f.f_locals.items() if not k.startswith('__')} if f.f_code.co_name != '<module>' else {})
+                   line=linecache.getline(f.f_code.co_filename, n, f.f_globals).strip(), locals=_locals(f, width))
               for f, n in _frames(tb)]
     return dict(error=f"{type(err).__name__}: {err}" if err is not None else None, frames=frames)
 

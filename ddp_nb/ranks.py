@@ -4,16 +4,53 @@
 
 # %% ../nbs/02_ranks.ipynb #eb5f80a9
 from __future__ import annotations
-import copy, os, signal, time
+import copy, os, re, signal, time
 from collections import namedtuple
 from .core import parse_ranks, rank_device
 from .host import host_identity, pid_alive
 from .compat_ipp import engine_uuids, pending_tasks, task_futures
 
 # %% auto #0
-__all__ = ['Rank', 'gather', 'task_state', 'RankSet', 'push']
+__all__ = ['Rank', 'clean_traceback', 'CallFailed', 'gather', 'task_state', 'RankSet', 'push']
 
 # %% ../nbs/02_ranks.ipynb #c9030e77
+_IPP_FRAME = re.compile(r'^File (<string>:|.*[/\\]ipyparallel[/\\])')
+
+def clean_traceback(tb:str, # a rank's traceback as ipyparallel renders it
+                    cell:str|None=None, # how to name the cell the code came from ('In[9]'); None: as the rank named it
+                   ) -> str:
+    "A rank's traceback made plain: no colours, no '[3:apply]' header (an engine id, not the rank), no frames of ipyparallel's own (its apply machinery), the cell named as the notebook names it (the rank's 'Cell In[4]' counts its own cells)"
+    tb = re.sub(r'\x1b\[[0-9;]*m', '', tb)
+    tb = re.sub(r'^\[\d+:\w+\]:?[ \t]*\n', '', tb, flags=re.M)
+    out, skip = [], False
+    for l in tb.split('\n'):
+        if _IPP_FRAME.match(l): skip = True  # one frame: from its header to the blank line after it
+        if not skip: out.append(l)
+        elif not l.strip(): skip = False
+    tb = _notebook_cells('\n'.join(out))
+    return tb if cell is None else re.sub(r'Cell In\[\d+\], line (\d+)', lambda m: f"{cell}, line {m[1]}", tb)
+
+def _notebook_cells(tb:str) -> str:
+    "Frames of functions defined in this notebook's cells (sent to the ranks: `cl.run(f)`) named 'In[3], line 2, in f()' and quoted from this kernel, which has their source (the rank has not)"
+    try:
+        from IPython import get_ipython
+        label = get_ipython().compile.format_code_name  # ('Cell', 'In[3]') for a cell's file name, None for others
+    except Exception: return tb
+    import linecache
+    def named(m):
+        cell = label(m[1])
+        if not cell: return m[0]
+        src = linecache.getline(m[1], int(m[2])).strip()
+        return f"{cell[1]}, line {m[2]}, in {m[3]}\n" + (f"----> {m[2]} {src}\n" if src else '')
+    return re.sub(r"^File (.+?):(\d+), in (.+)\n(?:.*Could not get source.*\n)?", named, tb, flags=re.M)
+
+class CallFailed(RuntimeError):
+    "A call into the ranks failed: the message names the ranks; in a notebook it shows under the traceback of the first rank that raised (no engine ids)"
+    def __init__(self, msg:str, detail:str=''):
+        super().__init__(msg)
+        self.detail = detail
+    def _render_traceback_(self): return (self.detail + '\n' if self.detail else '').splitlines() + [f"{type(self).__name__}: {self}"]
+
 def gather(ars:dict, # rank -> AsyncResult
            what:str, # what the ranks were doing, for the error
            timeout:float, # seconds to wait for all of them
@@ -28,8 +65,10 @@ def gather(ars:dict, # rank -> AsyncResult
         try: ar.get()
         except Exception as e: err = e
         msg = getattr(err, 'evalue', None) or str(err)
-        raise RuntimeError(f"{what} failed on rank(s) {sorted(failed)}" + (f"; rank(s) {silent} did not answer" if silent else '') +
-                           f". Rank {r}: {getattr(err, 'ename', type(err).__name__)}: {msg}") from err
+        try: detail = f"--- traceback of rank {r}:\n" + clean_traceback('\n'.join(err.render_traceback())).strip('\n')
+        except Exception: detail = ''  # not a rank's error (ipyparallel's RemoteError): the message says it
+        raise CallFailed(f"{what} failed on rank(s) {sorted(failed)}" + (f"; rank(s) {silent} did not answer" if silent else '') +
+                         f". Rank {r}: {getattr(err, 'ename', type(err).__name__)}: {msg}", detail) from None
     if silent: raise RuntimeError(f"{what}: rank(s) {silent} did not answer within {timeout:g}s; they may be hung or dead.")
     return {r: ar.get() for r, ar in ars.items()}
 

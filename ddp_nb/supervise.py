@@ -13,12 +13,13 @@ from .processes import rank_dir
 from .compat_ipp import supervised_result, supervised_view, task_name
 from .collectives import desync_report, read_records
 from . import rank
-from .ranks import RankSet
+from .ranks import RankSet, clean_traceback
 
 # %% auto #0
 __all__ = ['FEW', 'proc_status', 'where', 'stack_frames', 'group_stacks', 'group_header', 'grouped_stacks', 'show_stacks',
-           'RankFailure', 'Interrupted', 'ClusterGone', 'cell_label', 'Watch', 'Limits', 'Supervisor', 'hang_limit',
-           'desync_states', 'stopped_ranks', 'report_interval', 'stalled', 'issued_counts', 'rank_lines']
+           'RankFailure', 'Interrupted', 'ClusterGone', 'cell_label', 'cell_place', 'Watch', 'Limits', 'Supervisor',
+           'hang_limit', 'desync_states', 'stopped_ranks', 'report_interval', 'stalled', 'issued_counts', 'rank_lines',
+           'stop_line', 'interrupted_line']
 
 # %% ../nbs/02c_supervise.ipynb #dd12faf1
 def _short_stack(text:str, # faulthandler output for one process
@@ -144,8 +145,11 @@ class RankFailure(Exception):
     def _render_traceback_(self): return (self.detail + '\n' + self.summary).splitlines()
 
 class Interrupted(KeyboardInterrupt):
-    "The cell was interrupted on every rank; what happened to each rank was printed above"
-    def _render_traceback_(self): return [f"Interrupted: {self}"]
+    "The stop button (or `cl.interrupt()`) stopped a cell: its message is the one line that says how. A notebook shows that line alone (`magics.quiet_interrupts`): as plain output if `calm` (nothing lost), on stderr if not, not again if `shown` (printed already)"
+    def __init__(self, msg:str='', calm:bool=False, shown:bool=False):
+        super().__init__(msg)
+        self.calm, self.shown = calm, shown
+    def _render_traceback_(self): return [] if self.shown else [str(self)]  # IPython without the hook: the line, no traceback
 
 class ClusterGone(RuntimeError):
     "The cluster's controller is gone (stopped or killed outside this notebook): nothing sent to the ranks can arrive"
@@ -161,17 +165,28 @@ def cell_label() -> str:
 def _traceback(err, # a RemoteError
                cell:str='the cell', # how to name the cell the code came from
               ) -> str:
-    "A remote error's traceback as plain text, naming the notebook's cell instead of the engine's own counter"
+    "A remote error's traceback as plain text, naming the notebook's cell instead of the engine's own counter (no engine ids, no frames of ipyparallel's)"
     try: tb = '\n'.join(err.render_traceback())
     except Exception: tb = f"{getattr(err, 'ename', type(err).__name__)}: {getattr(err, 'evalue', err)}"
-    tb = re.sub(r'\x1b\[[0-9;]*m', '', tb)
-    tb = re.sub(r'^\[\d+:\w+\]:?[ \t]*\n', '', tb, flags=re.M)  # ipyparallel's '[3:execute]' header: an engine id, not the rank
-    return re.sub(r'Cell In\[\d+\], line (\d+)', lambda m: f"{cell}, line {m[1]}", tb)
+    return clean_traceback(tb, cell)
 
 def _one_line(err) -> str:
     "'Name: first line of the message' of an error"
     msg = str(getattr(err, 'evalue', err))
     return f"{getattr(err, 'ename', type(err).__name__)}: {msg.splitlines()[0][:150] if msg else ''}"
+
+def cell_place(err, # a RemoteError
+              ) -> str|None:
+    "Where in the cell a rank's error was raised, from its traceback: 'cell line 3: time.sleep(1)' (the innermost frame of cell code); None without one"
+    try: tb = '\n'.join(err.render_traceback())
+    except Exception: return None
+    place = line = None
+    for l in re.sub(r'\x1b\[[0-9;]*m', '', tb).splitlines():
+        m = re.match(r'(?:Cell )?In\[\d+\], line (\d+)', l)
+        if m: line = m[1]; continue
+        m = re.match(r'-+> *(\d+) ?(.*)', l)
+        if m and line is not None: place, line = f"cell line {m[1]}: {m[2].strip()}", None
+    return place
 
 # %% ../nbs/02c_supervise.ipynb #e3effb9a
 class Watch:
@@ -213,7 +228,7 @@ class Supervisor:
         w = getattr(ar, '_ddp_watch', None)
         if w is None:
             w = ar._ddp_watch = Watch(ar, cell_label(), blocking, self.rs.snapshot())
-            if result: supervised_result(ar, self.result)
+            if result: supervised_result(ar, self.result, lambda err, w=w: self.relabel(w, err))
             self.watches = [x for x in self.watches if not (x.done or x.claimed)] + [w]
             self._start()
         return w
@@ -512,16 +527,65 @@ def result(self:Supervisor, ar, # a task sent through a supervised view
                 ar.wait(0.05)
     finally:
         if not w.done: w.claimed = was
-    if w.interrupted: raise Interrupted(w.interrupted)
+    if w.interrupted: raise Interrupted(*w.interrupted)
     if w.gone: raise ClusterGone(w.gone)
     if w.first: raise w.failure or self._failure(w)
 
 @patch
+def relabel(self:Supervisor, w:Watch, err, # ipyparallel's own error of the task (`RemoteError`, `CompositeError`)
+           ):
+    "Make ipyparallel's error of a blocking call (`cl.run`, `cl.view.execute`, `cl.view['x']`) show by rank: each rank's traceback under '--- rank R', a rank with the same error named once, a death said as one; no engine ids, no frames of ipyparallel's. Its type stays ipyparallel's"
+    items = getattr(err, 'elist', None)
+    if items is None: items = [(err.ename, err.evalue, err.traceback, err.engine_info)] if hasattr(err, 'engine_info') else []
+    rs = w.rs or self.rs
+    ranks, lines, first = rs.rank_of_engine(), [], {}
+    for ename, evalue, tb, ei in items:
+        r = ranks.get((ei or {}).get('engine_id'))
+        who = f"rank {r}" if r is not None else 'a rank'
+        if ename == 'EngineError' and r is not None: lines.append(f"--- {rs.describe(r)} {self.death(r, rs.plan[r]['pid'])} while running it."); continue
+        same = first.setdefault((ename, str(evalue)), who)
+        if same != who: lines.append(f"--- {who}: raised the same error as {same}."); continue
+        lines += [f"--- {who}:"] + clean_traceback(tb or f"{ename}: {evalue}", w.cell).strip('\n').splitlines()
+    if lines: err._render_traceback_ = lambda: lines
+
+@patch
 def interrupted(self:Supervisor, ar, # the task `cl.interrupt()` stopped
-                said:str, # what it did, as it printed it
+                said:str, # what it did, the line it printed
+                calm:bool=False, # nothing was lost: every rank kept its state, the process group is healthy
                ):
     "Note that `ar` was interrupted: its `get()` raises `Interrupted` with `said` (a blocking cell raises it at once)"
-    if ar is not None and getattr(ar, '_ddp_watch', None) is not None: ar._ddp_watch.interrupted = said
+    if ar is not None and getattr(ar, '_ddp_watch', None) is not None: ar._ddp_watch.interrupted = (said, calm)
+
+def _who(ranks:list) -> str: return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {rank_ranges(ranks)}"
+
+def _by_rank(parts:dict, # rank -> what it did
+            ) -> str:
+    "'rank 0 did this; ranks 1, 2 did that': ranks that did the same share a clause, in rank order"
+    groups = {}
+    for r in sorted(parts): groups.setdefault(parts[r], []).append(r)
+    return '; '.join(f"{_who(rs)} {what}" for what, rs in groups.items())
+
+def stop_line(states:dict, # rank -> (state, error) of the interrupted task (`RankSet.states`)
+             ) -> str|None: # None unless every rank stopped cooperatively
+    "The one line for a cooperative stop: 'stopped at step 37/150 on every rank — re-run the cell to continue' (`StopRequested` says where)"
+    if not states or any(s != 'stopped' for s, _ in states.values()): return None
+    where = {r: (str(getattr(e, 'evalue', '') or '').strip().splitlines() or ['stopped'])[0] for r, (_, e) in states.items()}
+    if len(set(where.values())) == 1: return f"{next(iter(where.values()))} on every rank — re-run the cell to continue"
+    return f"every rank stopped, at different places: {_by_rank(where)} — re-run the cell to continue"
+
+def interrupted_line(states:dict, # rank -> (state, error) of the interrupted task; {}: unknown
+                    ) -> str:
+    "Where each rank was when a cell that does not stop cooperatively was interrupted: 'interrupted: every rank was at cell line 2: time.sleep(1)', or rank by rank"
+    def what(s, e):
+        if s == 'ok': return 'had finished the cell'
+        if s == 'stopped': return (str(getattr(e, 'evalue', '') or '').strip().splitlines() or ['stopped'])[0]
+        at = cell_place(e)
+        if getattr(e, 'ename', None) == 'KeyboardInterrupt': return f"was at {at}" if at else "was outside the cell's code"
+        return f"raised {_one_line(e)}" + (f" at {at}" if at else '')
+    parts = {r: what(s, e) for r, (s, e) in states.items()}
+    if not parts: return 'interrupted'
+    if len(set(parts.values())) == 1: return f"interrupted: every rank {next(iter(parts.values()))}"
+    return f"interrupted: {_by_rank(parts)}"
 
 @patch
 def ready(self:Supervisor, targets=None, # engine ids a task is about to go to (an int, a list), or None / 'all': every rank

@@ -104,7 +104,10 @@ def per_rank_batch(batch_size:Optional[int]=None, # samples per rank per step
 
 # %% ../nbs/01d_train.ipynb #2603a136
 class StopRequested(KeyboardInterrupt):
-    "Every rank stopped before the same batch because a stop was asked for: nothing lost, run the cell again to continue"
+    "Every rank stopped before the same batch because a stop was asked for: nothing lost, run the cell again to continue. The message says where ('stopped at step 37/150')"
+    # One line, no traceback: on a rank, IPython formats a full traceback in 0.3 s and more (seconds on a busy host), and a
+    # second SIGINT of `cl.interrupt()` landing in that formatting turned a clean stop into a rank ended as stuck
+    def _render_traceback_(self): return [f"{self} — re-run the cell to continue"]
 
 _stop = ctx.stop  # asked? inside a stop region? seconds a stop takes (the reporter sends `eta` to the notebook)
 
@@ -220,8 +223,7 @@ class ShardedLoader:
             if self.stoppable and vote.final(): self.stopped_at_end = True; self._stop()
 
     def _stop(self):
-        raise StopRequested(f"stop requested: every rank stopped before batch {self.batch} of epoch {self.epoch}. "
-                            "Nothing is lost: run the cell again to continue from there.")
+        raise StopRequested(f"stopped before batch {self.batch} of epoch {self.epoch}")
 
     def state_dict(self) -> dict:
         "Where this loader is: epoch and batches consumed, with what it needs to check a resume"
@@ -608,7 +610,7 @@ def fit(model:nn.Module, # the DDP-wrapped model
                 else: ended = True  # the epoch ran to its end
             except StopRequested:
                 ended = loader.stopped_at_end  # stopped after the epoch's last batch
-                raise
+                raise StopRequested(f"stopped at step {st['step']}/{total}") from None  # where, in the steps the user counts
             finally:
                 if ended: end_epoch()
                 if timer is not None: timer.flush()

@@ -15,16 +15,18 @@ class Kernel:
         env = {k: v for k, v in os.environ.items() if k != 'IPP_NONINTERACTIVE'}  # a notebook's kernel streams %%px output
         self.km, self.kc = start_new_kernel(kernel_name='python3', cwd=str(ROOT), env=env)
 
-    def run(self, code, timeout=120, interrupt_after=None, at=None):
+    def run(self, code, timeout=120, interrupt_after=None, at=None, interrupt_when=None):
         """Run a cell; returns (seconds to idle from the start or from the interrupt, output text, error or None, stream
-        messages with their times). `at`: {seconds: callable} run while the cell runs."""
+        messages with their times). `at`: {seconds: callable} run while the cell runs. `interrupt_when`: (callable on the
+        output so far, seconds): interrupt that long after it first says True. `self.reply`: the cell's execute_reply"""
         mid, t0 = self.kc.execute(code), time.monotonic()
-        out, msgs, err, t_int, todo = [], [], None, None, dict(at or {})
+        out, msgs, err, t_int, todo, t_when = [], [], None, None, dict(at or {}), None
         self.streams = []  # (seconds, 'stdout'|'stderr', text) of this cell
         while True:
             now = time.monotonic() - t0
             for t in [t for t in todo if t <= now]: todo.pop(t)()
-            if interrupt_after is not None and t_int is None and now > interrupt_after:
+            if interrupt_when is not None and t_when is None and interrupt_when[0](''.join(out)): t_when = now + interrupt_when[1]
+            if t_int is None and ((interrupt_after is not None and now > interrupt_after) or (t_when is not None and now > t_when)):
                 self.km.interrupt_kernel(); t_int = time.monotonic()
             assert now < timeout, f"cell did not finish in {timeout}s: {''.join(out)[-2000:]}"
             try: m = self.kc.get_iopub_msg(timeout=0.02)
@@ -38,7 +40,14 @@ class Kernel:
             elif kind in ('execute_result', 'display_data'): out.append(c['data'].get('text/plain', ''))
             elif kind == 'status' and c['execution_state'] == 'idle': break
         took = time.monotonic() - (t_int or t0)
+        self.reply = self.reply_to(mid)
         return took, ANSI.sub('', ''.join(out)), err, msgs
+
+    def reply_to(self, mid, timeout=10):
+        "The execute_reply's content of the request `mid` (the shell channel keeps every reply, in order)"
+        while True:
+            m = self.kc.get_shell_msg(timeout=timeout)
+            if m['parent_header'].get('msg_id') == mid: return m['content']
 
     def value(self, expr):
         _, out, err, _ = self.run(f"print(repr({expr}))")
@@ -67,9 +76,12 @@ def k():
     print(json.dumps(MEASURED, indent=1))
 
 
+STOPPED_AT_STEP = r'stopped at step (\d+)/(\d+) on every rank — re-run the cell to continue'  # fit's cooperative stop: its one line
+
+
 def stop_time(out):
     "Seconds the interrupt took to stop every rank, as it reported"
-    return float(re.search(r'every rank stopped in ([0-9.]+)s', out).group(1))
+    return float(re.search(r'stopped in ([0-9.]+)s', out).group(1))
 
 
 def restart_and_check(k):
@@ -92,6 +104,26 @@ def test_one_rank_raises_others_released_within_5s(k):
     assert 'rank 1 (host' in out and 'ValueError: rank one broke' in out and 'state is lost' in out
     MEASURED['restart after it (s)'] = round(restart_and_check(k), 2)
     assert k.value("[r.pid for r in cl.ranks]")[1] == pids[1], "rank 1 should have kept its engine"
+
+
+def test_failure_cites_the_cell_line_and_postmortem_shows_the_cell_locals(k):
+    "Rank 1 raises before an all-reduce rank 0 waits in: the desync line cites the cell's line with its code and names the collective by its op and each rank's count in words (no ddp_nb file, no bare '#N'); cl.postmortem() shows the cell's own variables on rank 1"
+    _, out, err, _ = k.run("assert cl.check(); cl.grace = 4")  # rank 1's last collective: the health check's, ddp_nb's own
+    assert err is None, out
+    try: took, out, err, _ = k.run("%%px\nt = torch.ones(2)\nif rank == 1:\n    y = t * 3\n    raise ValueError('rank one broke')\ndist.all_reduce(t)")
+    finally: k.run("cl.grace = 2.0")
+    assert err and err.startswith('RankFailure'), out
+    line = next((l for l in out.splitlines() if l.startswith('Collectives out of step')), '')
+    assert re.fullmatch(r"Collectives out of step at each rank's \d+(st|nd|rd|th) collective: rank 1 skipped the all_reduce \(its last was its "
+                        r"\d+(st|nd|rd|th): all_reduce \[1\] float32 at ddp_nb's health check \(cl\.check\); it raised an error\); "
+                        r"rank 0 waits in it: all_reduce \[2\] float32 at cell line 5: dist\.all_reduce\(t\)", line), out
+    assert 'rank.py' not in out and not re.search(r'#\d', out), out
+    _, out, err, _ = k.run("print(cl.postmortem())")
+    assert err is None and out.startswith('rank 1: ValueError: rank one broke'), out
+    assert "> 0: cell line 4 in <module>: raise ValueError('rank one broke')" in out, out
+    for local in ('t = Tensor(2,) torch.float32 tensor([1., 1.])', 'rank = 1', 'y = Tensor(2,) torch.float32 tensor([3., 3.])'):
+        assert f'\n    {local}\n' in out + '\n', out  # the cell's own variables
+    restart_and_check(k)
 
 
 def test_dead_rank_named_with_how_it_died(k):
@@ -141,9 +173,10 @@ def test_twenty_interrupts_stop_cooperatively(k):
     times, clean = [], 0
     for i in range(20):
         took, out, err, _ = k.run("%%px\nfit(model, loader, opt, epochs=10**6)", interrupt_after=1.0 + 0.05 * (i % 5))
-        times.append(took)
+        times.append(took); failed = k.reply['status'] == 'error'  # (read before k.value runs another cell)
         pos = k.value("cl.view['(loader.epoch, loader.batch, loader.fit_state[\"step\"])']")
-        ok = ('Stopped cooperatively' in out and err and err.startswith('Interrupted') and pos[0] == pos[1]
+        said = re.fullmatch(STOPPED_AT_STEP, out.strip())  # the one line, its step the ranks' own
+        ok = (said and int(said[1]) == pos[0][2] and err is None and failed and pos[0] == pos[1]
               and k.value("cl.check()"))
         clean += bool(ok)
     MEASURED['20 interrupts of fit(): clean cooperative stops'] = clean
@@ -153,15 +186,57 @@ def test_twenty_interrupts_stop_cooperatively(k):
     assert k.value("len(cluster_procs(cl.cluster_id)) == n_procs")
 
 
+FIT_CELL = ("%%px\nprint('from step', loader.fit_state['step'] if hasattr(loader, 'fit_state') else 0)\n"
+            "r = fit(model, loader, opt, epochs=5, loss_fn=slow_loss)\nprint('done at', r['step'])")
+
+
+def test_stop_button_during_fit_is_one_line_and_the_cell_continues(k):
+    "The stop button during fit(): every line the user sees is the ranks' own and then one plain line with the step and the total; no traceback, nothing on stderr, no error output; the cell still failed (Run All stops there: the next queued cell is not run); re-running it continues from that step"
+    _, out, err, _ = k.run("%%px\nimport time\nfrom ddp_nb.train import *\nfrom ddp_nb.digits import digits_data, DigitsNet\n"
+                           "seed_everything(0); model = wrap_model(DigitsNet())\n"
+                           "opt = torch.optim.SGD(model.parameters(), lr=0.05)\nloader = ShardedLoader(digits_data(), batch_size=8)\n"
+                           "def slow_loss(out, y): time.sleep(0.01); return torch.nn.functional.cross_entropy(out, y)  # under 100 steps a second")
+    assert err is None, out
+    in_fit = (lambda out: out.count('from step') == 2, 1.0)  # both ranks are in fit(): stop a second later
+    took, out, err, _ = k.run(FIT_CELL, interrupt_when=in_fit, timeout=180)
+    lines = out.strip().splitlines()
+    assert sorted(lines[:2]) == ['[rank 0] from step 0', '[rank 1] from step 0'] and len(lines) == 3, out  # the ranks' lines, then one
+    said = re.fullmatch(STOPPED_AT_STEP, lines[2])
+    assert said and 0 < int(said[1]) < int(said[2]), out
+    assert err is None and 'Traceback' not in out and 'StopRequested' not in out, out  # no error output: nothing red
+    assert [n for _, n, _ in k.streams] == ['stdout'] * len(k.streams), k.streams  # plain output, nothing on stderr
+    assert k.reply['status'] == 'error' and k.reply['ename'] == 'Interrupted', k.reply  # yet the cell failed: run-all stops here
+    step, total = int(said[1]), int(said[2])
+    assert k.value("cl.view['loader.fit_state[\"step\"]']") == [step, step] and k.value("cl.check()")
+    MEASURED['stop button during fit(): the one line, cell back (s)'] = round(took, 2)
+
+    # Run All: the interrupted cell fails, so the kernel drops the cells queued after it
+    first, after = k.kc.execute(FIT_CELL), k.kc.execute("print('the next cell ran')")
+    t0, seen = time.monotonic(), ''
+    while seen.count('from step') < 2:
+        assert time.monotonic() - t0 < 120, seen
+        try: m = k.kc.get_iopub_msg(timeout=0.1)
+        except queue.Empty: continue
+        if m['parent_header'].get('msg_id') == first and m['msg_type'] == 'stream': seen += m['content']['text']
+    time.sleep(1.0); k.km.interrupt_kernel()
+    assert k.reply_to(first, timeout=60)['status'] == 'error' and k.reply_to(after, timeout=60)['status'] == 'aborted'
+    step2 = k.value("cl.view['loader.fit_state[\"step\"]'][0]")
+    assert step2 > step and k.value("cl.check()")
+
+    took, out, err, _ = k.run(FIT_CELL, timeout=300)  # run again: it continues where it stopped, to the end
+    assert err is None and k.reply['status'] == 'ok', out
+    assert sorted(out.strip().splitlines()) == [f'[rank {r}] {w}' for r in (0, 1) for w in (f'done at {total}', f'from step {step2}')], out
+
+
 def test_slow_steps_still_stop_cooperatively(k):
     "Steps of 0.8 s: the stop waits for the vote (the ranks tell the dashboard how long that takes) instead of forcing"
     _, out, err, _ = k.run("%%px\nimport time\nfrom ddp_nb.train import ShardedLoader\nfrom ddp_nb.digits import digits_data\n"
                            "slow = ShardedLoader(digits_data(), batch_size=64)")
     assert err is None, out
     took, out, err, _ = k.run("%%px\nfor e in range(100):\n    for b in slow: time.sleep(0.8)", interrupt_after=3)
-    assert 'Stopped cooperatively' in out and err and err.startswith('Interrupted'), out
+    assert re.fullmatch(r'stopped before batch \d+ of epoch 0 on every rank — re-run the cell to continue', out.strip()) and err is None, out
     assert k.value("len(set(cl.view['(slow.epoch, slow.batch)']))") == 1
-    MEASURED['interrupt with 0.8 s steps: every rank stopped cooperatively (s)'] = stop_time(out)
+    MEASURED['interrupt with 0.8 s steps: every rank stopped cooperatively, cell back (s)'] = round(took, 2)
 
 
 def test_interrupts_without_the_loader_leave_a_healthy_group(k):
@@ -169,7 +244,7 @@ def test_interrupts_without_the_loader_leave_a_healthy_group(k):
     healthy, stops, cells, replaced = 0, [], [], 0
     for i in range(5):
         took, out, err, _ = k.run("%%px\nfor i in range(10**8): t = torch.ones(1000); dist.all_reduce(t)", interrupt_after=1.0 + 0.1 * i)
-        assert err and err.startswith('Interrupted'), out
+        assert err is None and k.reply['status'] == 'error' and re.search(r'^interrupted', out, re.I | re.M) and 'Traceback' not in out, out
         stops.append(stop_time(out)); cells.append(took); replaced += 'Restarted' in out
         healthy += k.value("cl.check()")
     MEASURED['5 SIGINT interrupts of a raw all-reduce loop: healthy after / ranks had to be replaced'] = [healthy, replaced]
@@ -183,7 +258,7 @@ def test_a_rank_that_exits_on_interrupt_is_replaced(k):
     took, out, err, _ = k.run("%%px\nimport os, signal, time\n"
                               "if rank == 1: signal.signal(signal.SIGINT, lambda *a: os._exit(3))\n"
                               "while True: time.sleep(0.01)", interrupt_after=1.5)
-    assert err and err.startswith('Interrupted'), out
+    assert err is None and k.reply['status'] == 'error' and 'Interrupted: every rank stopped in' in out, out
     assert re.search(r'the engine of rank 1 (exited with status 3|died \(exit status unknown\))', out), out  # the launcher polls each 1 s
     assert 'Restarted' in out and 'ranks [0] kept' in out, out
     assert k.value("cl.check()") and k.value("len(cluster_procs(cl.cluster_id)) == n_procs")
@@ -297,7 +372,8 @@ def test_noblock_result_of_an_interrupted_stopped_rank(k):
         if os.path.exists(f'/proc/{pid1}'): os.kill(pid1, signal.SIGCONT)
     for read in ("ar.get()", "%pxresult"):
         took, out, err, _ = k.run(read, timeout=30)
-        assert took < 5 and err and err.startswith('Interrupted'), (read, out)
+        assert took < 5 and err is None and k.reply['status'] == 'error' and k.reply['ename'] == 'Interrupted', (read, out)
+        assert out.startswith('Interrupted: ') and len(out.strip().splitlines()) == 1 and 'Traceback' not in out, (read, out)  # the one line
         assert 'ranks [1] were stopped (SIGSTOP' in out and 'cl.interrupt() replaced ranks' in out, out
         assert not ENGINE_IDS.search(out), out
     _, out, err, _ = k.run("%%px\nt = torch.ones(1); dist.all_reduce(t)")  # the replaced ranks work (once they readied their records)
@@ -375,7 +451,7 @@ def test_watchdog_names_a_rank_that_finished_a_skipped_collective(k):
     MEASURED['skipped collective (rank 1 finished, rank 0 waits): watchdog report (s), default hang_after'] = seen and round(seen[0], 2)
     assert seen and seen[0] < 20, out
     assert 'Ranks [1] already FINISHED the cell' in out and 'skipped' in out, out
-    assert err and err.startswith('Interrupted'), out
+    assert err is None and k.reply['status'] == 'error', out  # the stop button: said, no traceback; the cell still failed
     restart_and_check(k)
 
 def test_bad_input_says_what_to_do():
