@@ -12,8 +12,9 @@ __all__ = ['tested_versions', 'min_versions', 'OUTPUT_MSGS', 'CompatError', 'ins
            'check_versions', 'engine_uuids', 'pending_tasks', 'controller_url', 'noninteractive', 'task_futures',
            'has_task_futures', 'task_output', 'task_name', 'supervised_view', 'record_outputs', 'task_events',
            'engine_launchers', 'launcher_process', 'replace_launcher_process', 'stop_sync_thread', 'engine_state_file',
-           'forget_magics', 'engine_registration_url', 'on_uncaught_error', 'session_key', 'bind_engine_kernel',
-           'supervised_result', 'controller_process', 'hub_answers', 'abandon_client', 'engine_exits']
+           'forget_magics', 'engine_registration_url', 'on_uncaught_error', 'plain_tracebacks', 'session_key',
+           'bind_engine_kernel', 'supervised_result', 'controller_process', 'hub_answers', 'abandon_client',
+           'engine_exits']
 
 # %% ../nbs/00b_compat_ipp.ipynb #72e936ea
 tested_versions = dict(ipyparallel='9.2', IPython='9.18')  # major.minor the tests of this module ran against
@@ -226,6 +227,23 @@ def on_uncaught_error(shell, # an IPython InteractiveShell
         fn()
         return orig(*args, **kwargs)
     shell.showtraceback = showtraceback
+
+def plain_tracebacks(shell, # an IPython InteractiveShell (a rank's engine)
+                     cls=KeyboardInterrupt, # the errors shown plainly
+                    ):
+    "Make `shell` format an uncaught `cls` in IPython's 'Plain' mode (milliseconds: no source parsed) instead of its 'Context' one (stack_data: 0.3 s and more, seconds on a busy host), by wrapping its `InteractiveTB.structured_traceback` (which `showtraceback` calls) and switching `set_mode` around it (tested with IPython 9.18); idempotent"
+    itb = getattr(shell, 'InteractiveTB', None)
+    if not (callable(getattr(itb, 'structured_traceback', None)) and callable(getattr(itb, 'set_mode', None))):
+        raise missing('InteractiveShell.InteractiveTB.structured_traceback and .set_mode', 'IPython')
+    if '_ddp_nb_plain' in itb.__dict__: itb._ddp_nb_plain.add(cls); return
+    orig, plain = itb.structured_traceback, {cls}
+    def structured_traceback(etype, evalue, etb=None, tb_offset=None, context=5):
+        mode = itb.mode
+        if not (isinstance(etype, type) and issubclass(etype, tuple(plain))) or mode == 'Plain': return orig(etype, evalue, etb, tb_offset, context)
+        itb.set_mode('Plain')
+        try: return orig(etype, evalue, etb, tb_offset, context)
+        finally: itb.set_mode(mode)
+    itb.structured_traceback, itb._ddp_nb_plain = structured_traceback, plain
 
 # %% ../nbs/00b_compat_ipp.ipynb #cb02709c
 def session_key(rc=None, # an ipyparallel Client; None: this engine's kernel session

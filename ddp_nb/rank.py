@@ -9,7 +9,7 @@ from datetime import timedelta
 from .core import iface_of, rank_device, stack_file
 from .processes import private_file, rank_dir
 from .host import host_identity, local_ipv4, route_source
-from .compat_ipp import engine_registration_url
+from .compat_ipp import engine_registration_url, plain_tracebacks
 from .context import RankInfo, ctx, rank_info
 from .report import report  # torch, and compat_torch (which imports it), are imported inside the functions
 
@@ -253,7 +253,11 @@ def enter_cluster(cluster_id:str, # the cluster's id (it names the stack file)
     try: from IPython import get_ipython
     except ImportError: get_ipython = lambda: None
     ip = get_ipython()
-    if ip is not None: ip.user_ns.update(namespace())  # what %%px cells see
+    if ip is not None:
+        ip.user_ns.update(namespace())  # what %%px cells see
+        # the stop button's KeyboardInterrupt: its traceback at once, so that cl.interrupt()'s second SIGINT (1 s later) never lands
+        # in its formatting (seconds on a busy host), where it turned a stopped rank into one ended as stuck
+        plain_tracebacks(ip, KeyboardInterrupt)
     stream_sooner()  # what a cell prints reaches the notebook within 0.1 s
     from ddp_nb.collectives import install
     try: install(cluster_id, rank_info().rank, warm=False)  # its recent collectives, written where the notebook reads them (`cl.collectives()`)

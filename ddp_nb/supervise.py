@@ -177,15 +177,18 @@ def _one_line(err) -> str:
 
 def cell_place(err, # a RemoteError
               ) -> str|None:
-    "Where in the cell a rank's error was raised, from its traceback: 'cell line 3: time.sleep(1)' (the innermost frame of cell code); None without one"
+    "Where in the cell a rank's error was raised, from its traceback (IPython's 'Context' or 'Plain' mode): 'cell line 3: time.sleep(1)' (the innermost frame of cell code); None without one"
     try: tb = '\n'.join(err.render_traceback())
     except Exception: return None
+    lines = re.sub(r'\x1b\[[0-9;]*m', '', tb).splitlines()
+    plain = any(l.strip() == 'Traceback (most recent call last):' for l in lines)  # a frame's line follows its header; else an arrow marks it
     place = line = None
-    for l in re.sub(r'\x1b\[[0-9;]*m', '', tb).splitlines():
-        m = re.match(r'(?:Cell )?In\[\d+\], line (\d+)', l)
+    for l in lines:
+        m = re.match(r'\s*(?:Cell )?In\[\d+\], line (\d+)', l)
         if m: line = m[1]; continue
-        m = re.match(r'-+> *(\d+) ?(.*)', l)
-        if m and line is not None: place, line = f"cell line {m[1]}: {m[2].strip()}", None
+        if line is None: continue
+        if plain: place, line = (f"cell line {line}: {l.strip()}" if l.strip() else place), None
+        elif m := re.match(r'\s*-+> *(\d+) ?(.*)', l): place, line = f"cell line {m[1]}: {m[2].strip()}", None
     return place
 
 # %% ../nbs/02c_supervise.ipynb #e3effb9a
