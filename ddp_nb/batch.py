@@ -6,7 +6,7 @@
 from __future__ import annotations
 import json, math, os, sys, time
 from fastcore.basics import patch
-from .core import PROGRESS_KEYS, pick_backend, threads_per_rank, torchrun_env
+from .core import PROGRESS_KEYS, StepCounter, pick_backend, threads_per_rank, torchrun_env
 from .context import ctx, rank_info
 from .report import clean_text, to_number
 from . import rank as rank_side  # (imports torch inside its functions)
@@ -68,7 +68,7 @@ class Sink:
                  out=None, # where lines go (default sys.stdout)
                 ):
         self.rank, self.every, self.read_every, self.out = rank, (stdout if rank == 0 else None), read_every, out
-        self.buf, self.auto_step, self.last_read, self.last_line, self.last, self.run, self.step = [], -1, 0., None, None, 0, None
+        self.buf, self.steps, self.last_read, self.last_line, self.last, self.run, self.step = [], StepCounter(), 0., None, None, 0, None
         self.error, self.in_cell = None, False  # what IPython's hooks in `ddp_nb.report` set on a reporter
         self.warned = set()
         self.jsonl = self.tb = None
@@ -82,8 +82,7 @@ class Sink:
 
     def report(self, step=None, **metrics):
         "Record metrics for `step` (default: one more than the last); values are read later, in `flush`"
-        if step is None: step = self.auto_step + 1
-        self.auto_step = step
+        step = self.steps(step, metrics.get('epoch'))
         self.buf.append((time.time(), step, metrics))
         if time.monotonic() - self.last_read >= self.read_every: self.flush()
 

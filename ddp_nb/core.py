@@ -10,7 +10,7 @@ import operator, re
 __all__ = ['BACKENDS', 'PROGRESS_KEYS', 'CLUSTER_PREFIX', 'pick_backend', 'engine_count', 'visible_gpus', 'threads_per_rank',
            'plan_ranks', 'check_gpus', 'torchrun_env', 'rank_device', 'single_host', 'label_hosts', 'iface_of',
            'master_address', 'check_ifname', 'engines_per_host', 'slurm_script', 'mpi_host_args', 'parse_ranks',
-           'rank_ranges', 'make_cluster_id', 'cluster_owner', 'stack_file']
+           'rank_ranges', 'StepCounter', 'make_cluster_id', 'cluster_owner', 'stack_file']
 
 # %% ../nbs/00_core.ipynb #b29d9b8a
 BACKENDS = ('nccl', 'gloo')
@@ -239,6 +239,21 @@ def rank_ranges(ranks, # rank numbers, in any order
 
 # %% ../nbs/00_core.ipynb #1f78df35
 PROGRESS_KEYS = ('total', 'epoch', 'samples')  # progress facts, shown in the header rather than plotted
+
+class StepCounter:
+    "The step of each `report(...)`: the one given, else one more than the last; counting starts again when the reported epoch goes back (a new training)"
+    def __init__(self): self.last, self.epoch = -1, None
+    def __call__(self, step=None, # the step given; None: one more than the last
+                 epoch=None, # the epoch reported with it, if any
+                ): # the step to record
+        if step is None:
+            try:
+                if epoch is not None and self.epoch is not None and epoch < self.epoch: self.last = -1  # epoch 0 after 2: a new run
+                step = self.last + 1
+            except Exception: step = None  # after report(step='x'): no step to count from; the reporter flags it
+        if epoch is not None: self.epoch = epoch
+        self.last = step
+        return step
 
 # %% ../nbs/00_core.ipynb #91cd177a
 CLUSTER_PREFIX = 'ddp_nb'
