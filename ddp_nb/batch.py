@@ -6,9 +6,9 @@
 from __future__ import annotations
 import json, math, os, sys, time
 from fastcore.basics import patch
-from .core import PROGRESS_KEYS, StepCounter, pick_backend, threads_per_rank, torchrun_env
+from .core import PROGRESS_KEYS, StepCounter, pick_backend, tb_tag, tensorboard_parts, threads_per_rank, torchrun_env
 from .context import ctx, rank_info
-from .report import clean_text, to_number
+from .report import _step, clean_text, to_number
 from . import rank as rank_side  # (imports torch inside its functions)
 
 # %% auto #0
@@ -56,8 +56,6 @@ def report_line(rank:int, step:int, vals:dict) -> str:
     return s + ''.join(f" {k} {v:.4g}" for k, v in vals.items() if k not in PROGRESS_KEYS)
 
 # %% ../nbs/01j_batch.ipynb #db5252e6
-def _tb_tag(name:str) -> str: return f"time/{name}" if name.startswith('t_') else name  # as `export.tb_tag`
-
 class Sink:
     "Where a rank's `report(...)` calls go outside a cluster: a line on stdout now and then (rank 0), JSON Lines, TensorBoard"
     def __init__(self, rank:int, # this process's rank
@@ -76,9 +74,7 @@ class Sink:
             os.makedirs(jsonl, exist_ok=True)
             self.jsonl = open(os.path.join(jsonl, f"rank{rank}.jsonl"), 'a')
         if tensorboard:
-            try: from tensorboard.summary.writer.event_file_writer import EventFileWriter
-            except ImportError as e: raise ImportError(f"report to TensorBoard needs it: pip install 'ddp_nb[tensorboard]' (or pip install tensorboard) ({e})") from None
-            self.tb = EventFileWriter(os.path.join(tensorboard, f"rank{rank}"), flush_secs=10)
+            self.tb = tensorboard_parts()[0](os.path.join(tensorboard, f"rank{rank}"), flush_secs=10)
 
     def report(self, step=None, **metrics):
         "Record metrics for `step` (default: one more than the last); values are read later, in `flush`"
@@ -104,6 +100,9 @@ def flush(self:Sink, final:bool=False):
     "Read the buffered reports and write them: every one to JSON Lines and TensorBoard, a line to stdout when due"
     buf, self.buf, self.last_read = self.buf, [], time.monotonic()
     for t, step, metrics in buf:
+        step, bad = _step(step)  # an int, as the dashboard gets it (a tensor or numpy step is no JSON)
+        if bad and 'step' not in self.warned:
+            print(f"ddp_nb report: rank {self.rank}: step {bad}: shown as step -1", file=sys.stderr); self.warned.add('step')
         vals = self._values(step, metrics)
         if self.step is not None and step < self.step: self.run += 1  # the step went back: a new run, as on the dashboard
         self.step = step
@@ -121,9 +120,8 @@ def flush(self:Sink, final:bool=False):
 @patch
 def _tb(self:Sink, t:float, step, vals:dict):
     "One TensorBoard event of `vals` at `step`"
-    from tensorboard.compat.proto.event_pb2 import Event
-    from tensorboard.compat.proto.summary_pb2 import Summary
-    vs = [Summary.Value(tag=_tb_tag(k), simple_value=v) for k, v in vals.items() if math.isfinite(v)]
+    _, Event, Summary = tensorboard_parts()
+    vs = [Summary.Value(tag=tb_tag(k), simple_value=v) for k, v in vals.items() if math.isfinite(v)]
     if vs: self.tb.add_event(Event(wall_time=t, step=int(step), summary=Summary(value=vs)))
 
 @patch

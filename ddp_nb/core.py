@@ -7,10 +7,11 @@ from __future__ import annotations
 import operator, re
 
 # %% auto #0
-__all__ = ['BACKENDS', 'PROGRESS_KEYS', 'CLUSTER_PREFIX', 'pick_backend', 'engine_count', 'visible_gpus', 'threads_per_rank',
-           'plan_ranks', 'check_gpus', 'torchrun_env', 'rank_device', 'single_host', 'label_hosts', 'iface_of',
-           'master_address', 'check_ifname', 'engines_per_host', 'slurm_script', 'mpi_host_args', 'parse_ranks',
-           'rank_ranges', 'StepCounter', 'make_cluster_id', 'cluster_owner', 'stack_file']
+__all__ = ['BACKENDS', 'PROGRESS_KEYS', 'TB_HINT', 'CLUSTER_PREFIX', 'pick_backend', 'engine_count', 'visible_gpus',
+           'threads_per_rank', 'plan_ranks', 'check_gpus', 'torchrun_env', 'rank_device', 'single_host', 'label_hosts',
+           'iface_of', 'master_address', 'check_ifname', 'engines_per_host', 'slurm_script', 'mpi_host_args',
+           'parse_ranks', 'rank_ranges', 'StepCounter', 'tensorboard_parts', 'tb_tag', 'make_cluster_id',
+           'cluster_owner', 'stack_file']
 
 # %% ../nbs/00_core.ipynb #b29d9b8a
 BACKENDS = ('nccl', 'gloo')
@@ -254,6 +255,22 @@ class StepCounter:
         if epoch is not None: self.epoch = epoch
         self.last = step
         return step
+
+# %% ../nbs/00_core.ipynb #c16f908a
+TB_HINT = "writing TensorBoard files needs TensorBoard: pip install 'ddp_nb[tensorboard]' (or pip install tensorboard)"
+
+def tensorboard_parts():
+    "TensorBoard's event writer and protos (EventFileWriter, Event, Summary), or an ImportError that says how to install them"
+    try:
+        from tensorboard.summary.writer.event_file_writer import EventFileWriter
+        from tensorboard.compat.proto.event_pb2 import Event
+        from tensorboard.compat.proto.summary_pb2 import Summary
+    except ImportError as e: raise ImportError(f"{TB_HINT} ({e})") from None
+    return EventFileWriter, Event, Summary
+
+def tb_tag(name:str) -> str:
+    "TensorBoard tag of a metric: the step breakdown (t_data, ...) grouped under time/"
+    return f"time/{name}" if name.startswith('t_') else name
 
 # %% ../nbs/00_core.ipynb #91cd177a
 CLUSTER_PREFIX = 'ddp_nb'
