@@ -1,11 +1,12 @@
 """From notebook to batch job (#28): a notebook's %%px cells, exported with `ddp_nb to-script`, give the notebook's
 weights bit for bit under torchrun and under Slurm (sbatch -> srun -> torchrun, with fake Slurm commands on PATH);
-report() writes the same numbers there; Horovod-style code (`from ddp_nb import horovod as hvd`) equals DDP."""
+report() writes the same numbers there; Horovod-style code (`from ddp_nb import horovod as hvd`) equals DDP; cells
+flagged `#| cuda`/`#| multigpu` run on GPU ranks and are skipped, said once, on CPU ranks."""
 import json, os, re, stat, sys
 from pathlib import Path
 import pytest
 from conftest import ROOT, ours, run, shown
-from ddp_nb.to_script import check_cells, notebook_of, read_cells, to_script
+from ddp_nb.to_script import check_cells, kernel_values, notebook_of, read_cells, to_script
 
 START = "from ddp_nb import DDPCluster\ncl = DDPCluster(n=2).start()"
 
@@ -19,8 +20,8 @@ def run_notebook(path, d):
     return r
 
 
-def torchrun(script, d, **env):
-    return run([sys.executable, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node=2', str(script)], cwd=d,
+def torchrun(script, d, nproc=2, **env):
+    return run([sys.executable, '-m', 'torch.distributed.run', '--standalone', f'--nproc_per_node={nproc}', str(script)], cwd=d,
                timeout=300, env={**os.environ, 'RUN_AS': 'script', **env})
 
 
@@ -211,12 +212,56 @@ def test_cli_writes_the_script_and_names_kernel_values(tmp_path, ddp_nb_bin):
     (tmp_path / 'bad.ipynb').write_text(json.dumps(notebook_of(START, "cl.push(lr=0.01)", "%%px\nopt = torch.optim.SGD([torch.zeros(1)], lr=lr)")))
     r = run([sys.executable, '-m', 'ddp_nb', 'to-script', 'bad.ipynb'], cwd=tmp_path, check=False)
     assert r.returncode == 1 and 'cell 3 (%%px: opt = torch.optim.SGD' in r.stderr and 'reads `lr`' in r.stderr, shown(r)
+    assert '`lr` (pushed in cell 2, read in cell 3). Give each a plain value with --set NAME=VALUE' in r.stderr, shown(r)
     assert not (tmp_path / 'bad.py').exists()
+    r = run([ddp_nb_bin, 'to-script', 'bad.ipynb', '--set', 'rl=0.01'], cwd=tmp_path, check=False)
+    assert r.returncode == 1 and 'takes no value `rl` from the kernel: it takes `lr` (pushed in cell 2' in r.stderr, shown(r)
+    run([ddp_nb_bin, 'to-script', 'bad.ipynb', '--set', 'lr=0.01'], cwd=tmp_path)
+    assert "\nlr = 0.01\n" in (tmp_path / 'bad.py').read_text()
 
 
-@pytest.mark.parametrize('name,kernel_values', [('13_accumulation_amp', set()), ('16_checkpoint_resume', {'work'}), ('22_fsdp', {'work'})])
-def test_training_tutorials_export_or_name_what_they_take_from_the_kernel(name, kernel_values):
-    "The tutorials that train: accumulation/AMP exports as it is; checkpoint/resume and FSDP read `work`, a folder the kernel pushed, and are told so"
+@pytest.mark.parametrize('name,taken', [('13_accumulation_amp', set()), ('16_checkpoint_resume', {'work'}), ('22_fsdp', {'work'})])
+def test_training_tutorials_export_or_name_what_they_take_from_the_kernel(name, taken):
+    "The tutorials that train: accumulation/AMP exports as it is; checkpoint/resume and FSDP read `work`, a folder the kernel pushed, and are told so; given it, nothing would run differently"
     cells = read_cells(ROOT / 'nbs' / f'{name}.ipynb')
     named = {m for ps in check_cells(cells).values() for p in ps for m in re.findall(r"reads `(\w+)`, which no exported cell defines \(the kernel pushed it", p)}
-    assert named == kernel_values, check_cells(cells)
+    assert named == taken == set(kernel_values(cells)), check_cells(cells)
+    assert check_cells(cells, given=taken) == {}
+
+
+# ---- cells flagged for GPUs
+
+GPU_NB = [START,
+          "%%px\nx = 1",
+          "%%px\n#| cuda\nt = torch.ones(1, device=device); dist.all_reduce(t)\nx = int(t.item())\nprint(f'cuda cell ran on rank {rank} ({device})')",
+          "%%rank 0\n#| multigpu\nprint(f'multigpu cell ran on {world_size} GPU ranks')",
+          "%%px\nprint(f'after them: x = {x} on rank {rank}')"]
+
+
+def gpu_notebook_script(d, nproc, **env) -> str:
+    "GPU_NB exported and run under torchrun: its stdout"
+    (d / 'gpu.ipynb').write_text(json.dumps(notebook_of(*GPU_NB)))
+    res = to_script(d / 'gpu.ipynb')
+    assert res['gpu'] == {3: 'cuda', 4: 'multigpu'} and res['cells']['px'] == [2, 3, 5]
+    return torchrun(res['script'], d, nproc=nproc, DDP_NB_REPORT='none', **env).stdout
+
+
+def test_gpu_flagged_cells_are_skipped_on_cpu_ranks(tmp_path):
+    "`#| cuda` and `#| multigpu` cells (nbdev's flags), exported and run on 2 CPU ranks: skipped, rank 0 says so once each, the cells after them run"
+    out = gpu_notebook_script(tmp_path, 2, CUDA_VISIBLE_DEVICES='')
+    assert out.count('cell 3 (#| cuda) skipped: the ranks have no GPU (device cpu)') == 1, out
+    assert out.count('cell 4 (#| multigpu) skipped: the ranks have no GPU (device cpu)') == 1, out
+    assert 'cell ran' not in out and [out.count(f'after them: x = 1 on rank {r}') for r in (0, 1)] == [1, 1], out
+
+
+@pytest.mark.gpu
+def test_gpu_flagged_cells_run_on_gpu_ranks(tmp_path):
+    "The same script on GPU ranks (one per GPU, two at most): the `#| cuda` cell runs on every rank; `#| multigpu` where there are two"
+    import torch
+    n = min(torch.cuda.device_count(), 2)
+    if n == 0: pytest.skip("no CUDA GPU visible: run the GPU suite on a GPU machine with `make test-gpu`")
+    out = gpu_notebook_script(tmp_path, n)
+    assert [out.count(f'cuda cell ran on rank {r} (cuda:{r})') for r in range(n)] == [1] * n, out
+    assert [out.count(f'after them: x = {n} on rank {r}') for r in range(n)] == [1] * n, out
+    assert out.count(f'multigpu cell ran on {n} GPU ranks') == (n == 2), out
+    assert ('cell 4 (#| multigpu) skipped: it needs two or more GPU ranks, this world has 1' in out) == (n == 1), out
