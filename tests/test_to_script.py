@@ -1,7 +1,9 @@
 """From notebook to batch job (#28): a notebook's %%px cells, exported with `ddp_nb to-script`, give the notebook's
 weights bit for bit under torchrun and under Slurm (sbatch -> srun -> torchrun, with fake Slurm commands on PATH);
-report() writes the same numbers there; Horovod-style code (`from ddp_nb import horovod as hvd`) equals DDP; cells
-flagged `#| cuda`/`#| multigpu` run on GPU ranks and are skipped, said once, on CPU ranks."""
+report() writes the same numbers there; Horovod-style code (`from ddp_nb import horovod as hvd`) equals DDP. The
+tutorials that train (quickstart, accumulation/AMP, checkpoint/resume, FSDP), exported (with `--set` for the folder
+their kernel pushes), give their notebook run's weights bit for bit; cells flagged `#| cuda`/`#| multigpu` run on GPU
+ranks and are skipped, said once, on CPU ranks."""
 import json, os, re, stat, sys
 from pathlib import Path
 import pytest
@@ -12,8 +14,9 @@ START = "from ddp_nb import DDPCluster\ncl = DDPCluster(n=2).start()"
 
 
 def run_notebook(path, d):
-    "The notebook, run as nbdev_test runs notebooks (a kernel, %%px cells through ddp_nb's magics); RUN_AS=notebook"
-    r = run([str(Path(sys.executable).parent / 'nbdev_test'), '--path', str(path), '--n_workers', '1'], check=False, cwd=d,
+    """The notebook, run as nbdev_test runs notebooks (a kernel, %%px cells through ddp_nb's magics); RUN_AS=notebook.
+    From the repository, so that its settings.ini's test flags apply: cells flagged `#| cuda` or `#| multigpu` are skipped"""
+    r = run([str(Path(sys.executable).parent / 'nbdev_test'), '--path', str(path), '--n_workers', '1'], check=False, cwd=ROOT,
             timeout=300, env={**os.environ, 'RUN_AS': 'notebook'})
     assert r.returncode == 0, shown(r)
     assert ours() == [], "the notebook left cluster processes behind"
@@ -119,11 +122,10 @@ hvd.shutdown()
 
 
 
-def result_cell(d, name) -> str:
-    "A %%px cell that writes this rank's weight digest and `losses` to d/<RUN_AS>-<name>-<rank>.json (RUN_AS: who ran it)"
+def result_cell(d, name, what="dict(digest=param_digest(model), losses=globals().get('losses'))") -> str:
+    "A %%px cell that writes `what` (by default this rank's weight digest and `losses`) to d/<RUN_AS>-<name>-<rank>.json (RUN_AS: who ran it)"
     return ("%%px\nimport json, os, pathlib\nfrom ddp_nb.digits import param_digest\n"
-            f"pathlib.Path(r'{d}', f\"{{os.environ['RUN_AS']}}-{name}-{{rank}}.json\").write_text(\n"
-            "    json.dumps(dict(digest=param_digest(model), losses=globals().get('losses'))))")
+            f"pathlib.Path(r'{d}', f\"{{os.environ['RUN_AS']}}-{name}-{{rank}}.json\").write_text(json.dumps({what}))")
 
 
 def results(d, who, name) -> list:
@@ -227,6 +229,67 @@ def test_training_tutorials_export_or_name_what_they_take_from_the_kernel(name, 
     named = {m for ps in check_cells(cells).values() for p in ps for m in re.findall(r"reads `(\w+)`, which no exported cell defines \(the kernel pushed it", p)}
     assert named == taken == set(kernel_values(cells)), check_cells(cells)
     assert check_cells(cells, given=taken) == {}
+
+
+# ---- the tutorials that train: the notebook run (nbdev_test) against its export under torchrun, bit for bit
+
+def tutorial(name, d, what) -> Path:
+    "The tutorial, with a result cell that writes `what` on every rank just before its last cell (which stops the cluster), saved in d"
+    nb = json.loads((ROOT / 'nbs' / f'{name}.ipynb').read_text())
+    assert 'cl.stop()' in ''.join(nb['cells'][-1]['source']), "the tutorial's last cell should stop the cluster"
+    nb['cells'].insert(len(nb['cells']) - 1, notebook_of(result_cell(d, name, what))['cells'][0])
+    (d / f'{name}.ipynb').write_text(json.dumps(nb))
+    return d / f'{name}.ipynb'
+
+
+def notebook_and_script(name, d, what, ddp_nb_bin, *args) -> tuple:
+    "The tutorial run as a notebook, then exported with `ddp_nb to-script ... args` and run under torchrun (2 CPU ranks): (notebook's results, script's results, torchrun's stdout)"
+    path = tutorial(name, d, what)
+    run_notebook(path, d)
+    r = run([ddp_nb_bin, 'to-script', str(path), '-o', 'train.py', *args], cwd=d)
+    r = torchrun(d / 'train.py', d, DDP_NB_REPORT='none')
+    return results(d, 'notebook', name), results(d, 'script', name), r.stdout
+
+
+def test_accumulation_amp_tutorial_as_a_script_is_bit_identical(tmp_path, ddp_nb_bin):
+    """13_accumulation_amp, all its %%px cells: the weights of the model trained with accum=4 (each rank's digest), that
+    fit's losses, and the per-epoch losses of every train() run (fp32, bf16 autocast, fp16/bf16/PowerSGD compression):
+    the notebook's and the script's, equal bit for bit. Its `#| cuda` cell (fp16 + GradScaler) is skipped in both here:
+    by nbdev_test's flags in the notebook, by `ddp_nb.batch.gpu_cell` in the script, which says so once."""
+    nbr, scr, out = notebook_and_script('13_accumulation_amp', tmp_path, "dict(model=param_digest(model), fit=r, fp32=fp32, bf16=bf16, compressed=compressed)", ddp_nb_bin)
+    assert nbr == scr, (nbr, scr)
+    assert nbr[0] == nbr[1] and nbr[0]['fit']['step'] == 12 and len(nbr[0]['compressed']) == 4   # DDP: every rank the same
+    assert out.count('cell 19 (#| cuda) skipped: the ranks have no GPU (device cpu)') == 1, out
+
+
+@pytest.mark.slow
+def test_checkpoint_resume_tutorial_as_a_script_is_bit_identical(tmp_path, ddp_nb_bin):
+    """16_checkpoint_resume kills its ranks on purpose, so its flow is no script: what exports is its one %%px cell,
+    `resumed = run(work + '/crashed')`, with the `run` and `slow_loss` the kernel pushed (carried into the script) and
+    `work` given with --set. In the notebook that call resumed from the checkpoint the killed run left; in the script,
+    with an empty folder, it trains all 72 steps uninterrupted. Compared: each rank's weight digest, the per-epoch
+    losses and the step count, equal bit for bit (the notebook itself asserts that its resumed run equals its
+    uninterrupted reference, so this checks the script against both)."""
+    (tmp_path / 'work').mkdir()
+    nbr, scr, _ = notebook_and_script('16_checkpoint_resume', tmp_path, "resumed", ddp_nb_bin, '--set', f"work={tmp_path / 'work'}")
+    assert all(x['resumed_from'] >= 20 for x in nbr) and all(x['resumed_from'] is None for x in scr), (nbr, scr)
+    for x in nbr + scr: del x['resumed_from']
+    assert nbr == scr and nbr[0] == nbr[1] and nbr[0]['step'] == 72, (nbr, scr)
+    assert (tmp_path / 'work' / 'crashed').is_dir()   # the script's checkpoints went where --set said
+
+
+@pytest.mark.slow
+def test_fsdp_tutorial_as_a_script_is_bit_identical(tmp_path, ddp_nb_bin):
+    """22_fsdp, all its %%px cells, `work` given with --set (a fresh folder: the notebook's was fresh too). Compared, per
+    rank: the digest of the rank's own shards of the model trained 3 then 4 epochs (through a sharded checkpoint), of
+    the model of the sharded save/resume section and of the one loaded from a DDP checkpoint; those runs' losses and
+    steps; the test accuracies. Equal bit for bit between notebook and script; the shards differ between ranks."""
+    (tmp_path / 'work').mkdir()
+    what = ("dict(model=param_digest(model), m=param_digest(m), m2=param_digest(m2), r=r, r4=r4, r5=r5, acc=acc, "
+            "acc_sharded=acc_sharded, from_ddp=from_ddp, identical=identical, same=same)")
+    nbr, scr, _ = notebook_and_script('22_fsdp', tmp_path, what, ddp_nb_bin, '--set', f"work={tmp_path / 'work'}")
+    assert nbr == scr, (nbr, scr)
+    assert nbr[0]['model'] != nbr[1]['model'] and nbr[0]['r'] == nbr[1]['r'] and nbr[0]['identical'] and nbr[0]['same']
 
 
 # ---- cells flagged for GPUs
