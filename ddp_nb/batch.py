@@ -12,7 +12,7 @@ from .report import _step, clean_text, to_number
 from . import rank as rank_side  # (imports torch inside its functions)
 
 # %% auto #0
-__all__ = ['ALONE', 'script_place', 'parse_sinks', 'report_line', 'Sink', 'join_group', 'begin', 'end']
+__all__ = ['ALONE', 'script_place', 'parse_sinks', 'report_line', 'Sink', 'join_group', 'begin', 'end', 'gpu_cell']
 
 # %% ../nbs/01j_batch.ipynb #ae86f2a9
 def script_place(environ:dict, # the process's environment (os.environ)
@@ -189,3 +189,23 @@ def end():
         gc.collect()  # objects no longer referenced that hold the group (a DDP model's reducer)
         rank_side.drop_group()  # in a cluster's rank (cl.run_script) the cluster puts the rest back
     if _opened.pop('store', None): rank_side.close_store()
+
+# %% ../nbs/01j_batch.ipynb #a9e4d2b8
+def gpu_cell(flag:str, # 'cuda': the ranks are on GPUs; 'multigpu': two or more GPU ranks
+             cell:int|None=None, # the notebook's cell, for the line that says it is skipped
+            ) -> bool:
+    "Whether a cell flagged `#| cuda` or `#| multigpu` runs in this world, the same on every rank; where it does not, rank 0 prints why"
+    import torch, torch.distributed as dist
+    if flag not in ('cuda', 'multigpu'): raise ValueError(f"gpu_cell({flag!r}): the flags are 'cuda' and 'multigpu'")
+    ri = rank_info()
+    on_gpu, world = ri.device.type == 'cuda', dist.get_world_size() if dist.is_initialized() else ri.world_size
+    every = on_gpu
+    if world > 1 and dist.is_initialized() and dist.get_backend() != 'nccl':  # nccl ranks are all on GPUs; gloo ranks may not be
+        t = torch.tensor([int(on_gpu)])
+        dist.all_reduce(t, op=dist.ReduceOp.MIN)
+        every = bool(t.item())
+    ok = every and (flag == 'cuda' or world >= 2)
+    if not ok and ri.rank == 0:
+        why = ("the ranks have no GPU" if not on_gpu else "not every rank has a GPU") if not every else f"it needs two or more GPU ranks, this world has {world}"
+        print(f"{f'cell {cell}' if cell else 'a cell'} (#| {flag}) skipped: {why} (device {ri.device})", flush=True)
+    return ok
