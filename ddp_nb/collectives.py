@@ -4,7 +4,7 @@
 
 # %% ../nbs/00h_collectives.ipynb #c3100003
 from __future__ import annotations
-import html, json, os, re, sys, threading, time
+import html, itertools, json, os, re, sys, threading, time
 from pathlib import Path
 from .processes import rank_dir, write_private
 
@@ -17,7 +17,8 @@ __all__ = ['is_cell', 'source_line', 'to_records', 'records', 'current', 'collec
 _DTYPES = dict(Float='float32', Double='float64', Half='float16', BFloat16='bfloat16', Long='int64', Int='int32', Short='int16',
                Char='int8', Byte='uint8', Bool='bool', ComplexFloat='complex64', ComplexDouble='complex128')
 _CELL = re.compile(r'(ipykernel_\d+[/\\]\d+\.py|<ipython-input-[^>]*>)$')
-_LIB = re.compile(r'[/\\](torch[/\\]|ddp_nb[/\\]collectives\.py$|contextlib\.py$|functools\.py$)|^<frozen ')
+_LIB = re.compile(r'[/\\](torch|ddp_nb)[/\\]|[/\\](contextlib|functools)\.py$|^<frozen |^<string>$')  # never ddp_nb's own lines
+_ENGINE = re.compile(r'[/\\](IPython|ipykernel|ipyparallel)[/\\]')  # the engine: its frames, and all outside them, are nobody's source line
 
 def is_cell(filename:str) -> bool:
     "Whether `filename` is a cell run by an IPython kernel (an engine's `%%px` cell)"
@@ -25,7 +26,8 @@ def is_cell(filename:str) -> bool:
 
 def source_line(frames:list, # flight-recorder frames, innermost first: dicts with filename, line, name
                ) -> str|None:
-    "The user's line that issued a collective: 'cell line N', or 'file.py:N (cell line M)' when a cell called that code"
+    "The user's line that issued a collective: 'cell line N', or 'file.py:N (cell line M)' when a cell called that code; None for ddp_nb's own (a health check)"
+    frames = list(itertools.takewhile(lambda f: not _ENGINE.search(f['filename']), frames))  # (then tornado, asyncio, traitlets, runpy)
     user = next((f for f in frames if not _LIB.search(f['filename'])), None)
     if user is None: return None
     cell = next((f for f in frames if is_cell(f['filename'])), None)

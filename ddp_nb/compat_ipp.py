@@ -120,6 +120,7 @@ def supervised_view(view, # an ipyparallel DirectView
             if before is not None: before(self.targets if targets is None else targets)
             block = self.block if block is None else block
             ar = super().execute(code, silent=silent, targets=targets, block=False, **kw)
+            ar._ddp_code = code  # what the ranks run: the lines their stacks point to
             watch(ar, block)
             if block:
                 try: ar.get(); ar.wait_for_output()
