@@ -10,8 +10,8 @@ import operator, re
 __all__ = ['BACKENDS', 'PROGRESS_KEYS', 'TB_HINT', 'CLUSTER_PREFIX', 'pick_backend', 'engine_count', 'visible_gpus',
            'threads_per_rank', 'plan_ranks', 'check_gpus', 'torchrun_env', 'rank_device', 'single_host', 'label_hosts',
            'iface_of', 'master_address', 'check_ifname', 'engines_per_host', 'slurm_script', 'mpi_host_args',
-           'parse_ranks', 'rank_ranges', 'StepCounter', 'tensorboard_parts', 'tb_tag', 'make_cluster_id',
-           'cluster_owner', 'stack_file']
+           'parse_ranks', 'rank_magic_args', 'rank_ranges', 'StepCounter', 'tensorboard_parts', 'tb_tag',
+           'make_cluster_id', 'cluster_owner', 'stack_file']
 
 # %% ../nbs/00_core.ipynb #b29d9b8a
 BACKENDS = ('nccl', 'gloo')
@@ -223,6 +223,13 @@ def parse_ranks(spec, # int, list of ints, 'all', '0,2', '1:3' or '::2'
     if bad: raise ValueError(f"Rank(s) {bad} out of range: this cluster has ranks 0..{world_size-1}.")
     if not rs: raise ValueError(f"{spec!r} selects no rank: this cluster has ranks 0..{world_size-1}.")
     return sorted(set(rs))
+
+# %% ../nbs/00_core.ipynb #6e06c4a2
+def rank_magic_args(line:str, # what follows %%rank
+                   ) -> tuple[str, str]: # (the ranks, '' for all; the %%px flags, '' for none)
+    "Split a `%%rank` line into its ranks and its `%%px` flags"
+    m = re.search(r'(^|\s)(--?[A-Za-z])', line)
+    return (line.strip(), '') if m is None else (line[:m.start(2)].strip(), line[m.start(2):].strip())
 
 # %% ../nbs/00_core.ipynb #23add192
 def rank_ranges(ranks, # rank numbers, in any order

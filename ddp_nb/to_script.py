@@ -7,7 +7,7 @@ from __future__ import annotations
 import ast, builtins, io, json, math, re, shlex, symtable, sys, tokenize
 from collections import namedtuple
 from pathlib import Path
-from .core import parse_ranks
+from .core import parse_ranks, rank_magic_args
 
 # %% auto #0
 __all__ = ['Cell', 'SKIP_TAG', 'GPU_FLAGS', 'RANK_CALLS', 'PREDEFINED', 'EXTRA', 'VALUE_TYPES', 'gpu_flag', 'cell_of',
@@ -59,7 +59,7 @@ def cell_of(number:int, # the cell's place in the notebook, from 1
         ranks, code = _targets(first[4:]), '\n'.join(lines[1:])
         return Cell(number, 'px' if ranks is None else 'rank', code, ranks, first, source, gpu_flag(code))
     if re.match(r'%%rank(\s|$)', first):
-        spec = (' ' + first[6:].strip()).partition(' -')[0].strip() or 'all'  # flags start with ' -', as in `magics.activate`
+        spec = rank_magic_args(first[6:])[0] or 'all'  # as the notebook's %%rank reads it
         code = '\n'.join(lines[1:])
         return Cell(number, 'px' if spec == 'all' else 'rank', code, None if spec == 'all' else spec, first, source, gpu_flag(code))
     body = [l for l in lines if l.strip() and not l.strip().startswith('#')]

@@ -5,7 +5,7 @@ Measured times go to build/hangs.json."""
 import json, re, time
 import pytest
 from conftest import ROOT, ours
-from test_faults import Kernel
+from kernel import Kernel
 
 MEASURED = {}
 HANG = "%%px\nimport time\nif rank == 1: time.sleep(1000)\ndist.barrier()"  # cell line 2: rank 1 sleeps; cell line 3: the barrier
