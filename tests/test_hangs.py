@@ -16,7 +16,7 @@ NOTICE = '[ddp_nb watchdog]'
 def k():
     assert ours() == []
     kern = Kernel()
-    _, out, err, _ = kern.run("from ddp_nb import DDPCluster\ncl = DDPCluster(n=2).start()\n"
+    _, out, err, _ = kern.run("from ddp_nb import DDPCluster\ncl = DDPCluster(n=2, timeout=25).start()\n"
                               "cl.run(lambda: None)")  # the ranks are free: a start readies their records first
     assert err is None, out
     yield kern
@@ -45,7 +45,7 @@ def check_notice(out, t):
 
 
 def test_silent_hang_in_a_fresh_cluster(k):
-    "No report ever: named within 15 s (was 30 s); the cell ends at gloo's 60 s timeout with an error that says rank 1 slept"
+    "No report ever: named within 15 s (was 30 s); the cell ends at the group's timeout (25 s here, 60 s by default) with an error that says rank 1 slept"
     took, out, err, msgs = k.run(HANG, timeout=150)
     t = notice_time(msgs)
     MEASURED['silent hang, fresh cluster: watchdog notice after the cell start (s)'] = t and round(t, 2)
