@@ -7,7 +7,7 @@ TORCH_INDEX ?=
 BIN := $(VENV)/bin
 TORCH_ARGS := $(TORCH) $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 
-.PHONY: demo test install install-dev clean-venv test-gpu gpu-wheels
+.PHONY: demo test test-slow install install-dev clean-venv test-gpu gpu-wheels
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,9 @@ demo: install
 
 test: install-dev
 	PATH="$(CURDIR)/$(BIN):$$PATH" bash tools/test.sh
+
+test-slow: install-dev  # the tests marked slow: the benchmarks end to end, long soaks (not in CI: `make test` leaves them out)
+	PATH="$(CURDIR)/$(BIN):$$PATH" bash tools/test.sh --slow
 
 test-gpu:   # on a GPU machine, with its own python3 (a CUDA build of torch); no venv, no registry needed
 	bash tools/test_gpu.sh

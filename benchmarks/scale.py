@@ -19,6 +19,7 @@ def _simulate(addr: str, key: bytes, first: int, count: int, rate: float, second
     "Ranks first..first+count-1 report `loss` every step at `rate` steps/s for `seconds` from `start`; {rank: points sent}, dropped"
     import zmq
     from ddp_nb.host import host_identity
+    from ddp_nb.core import StepCounter
     from ddp_nb.report import Reporter, LoadSampler
 
     class Load:
@@ -33,7 +34,7 @@ def _simulate(addr: str, key: bytes, first: int, count: int, rate: float, second
         def __init__(self, sock, rank, load):
             self.sock, self.key, self.rank, self.interval, self.load_interval = sock, key, rank, interval, 1.0
             self.sid, self.seq = secrets.token_hex(8), 0
-            self.buf, self.auto_step, self.dropped = deque(), -1, 0
+            self.buf, self.steps, self.dropped = deque(), StepCounter(), 0
             self.pid, self.host = os.getpid(), host_identity()
             self.load, self.last_load, self.last_report, self.error, self.in_cell = load, 0., 0., None, True
 
@@ -52,7 +53,7 @@ def _simulate(addr: str, key: bytes, first: int, count: int, rate: float, second
         time.sleep(max(0., t0 + step / rate - time.monotonic()))  # behind schedule: no sleep, no catching up in bursts
     for r in reps: r.in_cell = False; r.last_report = 0.; r.flush()
     sock.close(); zctx.term()
-    return dict(sent={r.rank: r.auto_step + 1 for r in reps}, dropped=sum(r.dropped for r in reps))
+    return dict(sent={r.rank: r.steps.last + 1 for r in reps}, dropped=sum(r.dropped for r in reps))
 
 
 def _cpu() -> float:

@@ -6,13 +6,13 @@
 from __future__ import annotations
 import json, math, os, sys, time
 from fastcore.basics import patch
-from .core import PROGRESS_KEYS, pick_backend, threads_per_rank, torchrun_env
+from .core import PROGRESS_KEYS, StepCounter, pick_backend, tb_tag, tensorboard_parts, threads_per_rank, torchrun_env
 from .context import ctx, rank_info
-from .report import clean_text, to_number
+from .report import _step, clean_text, to_number
 from . import rank as rank_side  # (imports torch inside its functions)
 
 # %% auto #0
-__all__ = ['ALONE', 'script_place', 'parse_sinks', 'report_line', 'Sink', 'join_group', 'begin', 'end']
+__all__ = ['ALONE', 'script_place', 'parse_sinks', 'report_line', 'Sink', 'join_group', 'begin', 'end', 'gpu_cell']
 
 # %% ../nbs/01j_batch.ipynb #ae86f2a9
 def script_place(environ:dict, # the process's environment (os.environ)
@@ -56,8 +56,6 @@ def report_line(rank:int, step:int, vals:dict) -> str:
     return s + ''.join(f" {k} {v:.4g}" for k, v in vals.items() if k not in PROGRESS_KEYS)
 
 # %% ../nbs/01j_batch.ipynb #db5252e6
-def _tb_tag(name:str) -> str: return f"time/{name}" if name.startswith('t_') else name  # as `export.tb_tag`
-
 class Sink:
     "Where a rank's `report(...)` calls go outside a cluster: a line on stdout now and then (rank 0), JSON Lines, TensorBoard"
     def __init__(self, rank:int, # this process's rank
@@ -68,7 +66,7 @@ class Sink:
                  out=None, # where lines go (default sys.stdout)
                 ):
         self.rank, self.every, self.read_every, self.out = rank, (stdout if rank == 0 else None), read_every, out
-        self.buf, self.auto_step, self.last_read, self.last_line, self.last, self.run, self.step = [], -1, 0., None, None, 0, None
+        self.buf, self.steps, self.last_read, self.last_line, self.last, self.run, self.step = [], StepCounter(), 0., None, None, 0, None
         self.error, self.in_cell = None, False  # what IPython's hooks in `ddp_nb.report` set on a reporter
         self.warned = set()
         self.jsonl = self.tb = None
@@ -76,14 +74,11 @@ class Sink:
             os.makedirs(jsonl, exist_ok=True)
             self.jsonl = open(os.path.join(jsonl, f"rank{rank}.jsonl"), 'a')
         if tensorboard:
-            try: from tensorboard.summary.writer.event_file_writer import EventFileWriter
-            except ImportError as e: raise ImportError(f"report to TensorBoard needs it: pip install 'ddp_nb[tensorboard]' (or pip install tensorboard) ({e})") from None
-            self.tb = EventFileWriter(os.path.join(tensorboard, f"rank{rank}"), flush_secs=10)
+            self.tb = tensorboard_parts()[0](os.path.join(tensorboard, f"rank{rank}"), flush_secs=10)
 
     def report(self, step=None, **metrics):
         "Record metrics for `step` (default: one more than the last); values are read later, in `flush`"
-        if step is None: step = self.auto_step + 1
-        self.auto_step = step
+        step = self.steps(step, metrics.get('epoch'))
         self.buf.append((time.time(), step, metrics))
         if time.monotonic() - self.last_read >= self.read_every: self.flush()
 
@@ -105,6 +100,9 @@ def flush(self:Sink, final:bool=False):
     "Read the buffered reports and write them: every one to JSON Lines and TensorBoard, a line to stdout when due"
     buf, self.buf, self.last_read = self.buf, [], time.monotonic()
     for t, step, metrics in buf:
+        step, bad = _step(step)  # an int, as the dashboard gets it (a tensor or numpy step is no JSON)
+        if bad and 'step' not in self.warned:
+            print(f"ddp_nb report: rank {self.rank}: step {bad}: shown as step -1", file=sys.stderr); self.warned.add('step')
         vals = self._values(step, metrics)
         if self.step is not None and step < self.step: self.run += 1  # the step went back: a new run, as on the dashboard
         self.step = step
@@ -122,9 +120,8 @@ def flush(self:Sink, final:bool=False):
 @patch
 def _tb(self:Sink, t:float, step, vals:dict):
     "One TensorBoard event of `vals` at `step`"
-    from tensorboard.compat.proto.event_pb2 import Event
-    from tensorboard.compat.proto.summary_pb2 import Summary
-    vs = [Summary.Value(tag=_tb_tag(k), simple_value=v) for k, v in vals.items() if math.isfinite(v)]
+    _, Event, Summary = tensorboard_parts()
+    vs = [Summary.Value(tag=tb_tag(k), simple_value=v) for k, v in vals.items() if math.isfinite(v)]
     if vs: self.tb.add_event(Event(wall_time=t, step=int(step), summary=Summary(value=vs)))
 
 @patch
@@ -192,3 +189,23 @@ def end():
         gc.collect()  # objects no longer referenced that hold the group (a DDP model's reducer)
         rank_side.drop_group()  # in a cluster's rank (cl.run_script) the cluster puts the rest back
     if _opened.pop('store', None): rank_side.close_store()
+
+# %% ../nbs/01j_batch.ipynb #a9e4d2b8
+def gpu_cell(flag:str, # 'cuda': the ranks are on GPUs; 'multigpu': two or more GPU ranks
+             cell:int|None=None, # the notebook's cell, for the line that says it is skipped
+            ) -> bool:
+    "Whether a cell flagged `#| cuda` or `#| multigpu` runs in this world, the same on every rank; where it does not, rank 0 prints why"
+    import torch, torch.distributed as dist
+    if flag not in ('cuda', 'multigpu'): raise ValueError(f"gpu_cell({flag!r}): the flags are 'cuda' and 'multigpu'")
+    ri = rank_info()
+    on_gpu, world = ri.device.type == 'cuda', dist.get_world_size() if dist.is_initialized() else ri.world_size
+    every = on_gpu
+    if world > 1 and dist.is_initialized() and dist.get_backend() != 'nccl':  # nccl ranks are all on GPUs; gloo ranks may not be
+        t = torch.tensor([int(on_gpu)])
+        dist.all_reduce(t, op=dist.ReduceOp.MIN)
+        every = bool(t.item())
+    ok = every and (flag == 'cuda' or world >= 2)
+    if not ok and ri.rank == 0:
+        why = ("the ranks have no GPU" if not on_gpu else "not every rank has a GPU") if not every else f"it needs two or more GPU ranks, this world has {world}"
+        print(f"{f'cell {cell}' if cell else 'a cell'} (#| {flag}) skipped: {why} (device {ri.device})", flush=True)
+    return ok

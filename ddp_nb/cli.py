@@ -175,6 +175,9 @@ def _add_to_script(sub):
     t.add_argument('--report', default='stdout', help="where report() goes: stdout[=SECONDS], jsonl=FOLDER, tensorboard=FOLDER or none, comma-separated")
     t.add_argument('--threads', type=int, default=None, help="intra-op threads per rank (default: the host's cores split between its ranks)")
     t.add_argument('--timeout', type=float, default=600, help='seconds for the process group to form and for each collective')
+    t.add_argument('--set', dest='values', action='append', default=[], metavar='NAME=VALUE',
+                   help="a value the notebook's kernel pushed to the ranks (cl.push(work=...)), written into the script: "
+                        "a Python literal (3, 0.1, True, None, 'text'), else the string as written; repeat for more names")
     t.add_argument('--force', action='store_true', help='write it even where it would run differently, with a warning at each such cell')
     t.add_argument('--slurm', action='store_true', help='also write an sbatch file (the script with .sbatch)')
     for a, ty, dv, h in (('--nodes', int, 1, 'nodes'), ('--gpus-per-node', int, 1, 'GPUs per node (0: CPU nodes)'),
@@ -184,14 +187,20 @@ def _add_to_script(sub):
 
 def _run_to_script(a) -> int:
     "`ddp_nb to-script`: write the files, say what went where"
-    from ddp_nb.to_script import to_script
+    from ddp_nb.to_script import to_script, parse_set
     kw = dict(nodes=a.nodes, gpus_per_node=a.gpus_per_node, procs_per_node=a.procs_per_node, cpus_per_node=a.cpus_per_node,
               job_name=a.job_name, options=a.sbatch_options) if a.slurm else {}
-    try: r = to_script(a.notebook, a.out, a.report, a.threads, a.timeout, strict=not a.force, slurm=a.slurm, **kw)
+    try:
+        values = {}
+        for n, v in map(parse_set, a.values):
+            if n in values: raise ValueError(f"--set {n}: given twice")
+            values[n] = v
+        r = to_script(a.notebook, a.out, a.report, a.threads, a.timeout, values=values, strict=not a.force, slurm=a.slurm, **kw)
     except (ValueError, OSError, ImportError) as e: print(f"ddp_nb to-script: {e}", file=sys.stderr); return 1
     n = {k: len(v) for k, v in r['cells'].items()}
     print(f"Wrote {r['script']}: {n['px']} cell(s) for every rank, {n['rank']} for some ranks; left out: {n['kernel']} kernel cell(s)"
           + (f", {n['skip']} tagged skip-script" if n['skip'] else ''))
+    if r['gpu']: print(f"{len(r['gpu'])} cell(s) flagged for GPUs ({', '.join(f'{k}: {f}' for k, f in r['gpu'].items())}): they run where the ranks have GPUs, else are skipped")
     for num, ps in sorted(r['problems'].items()):
         for p in ps: print(f"warning: cell {num}: {p}", file=sys.stderr)
     print(f"Wrote {r['sbatch']}: submit it with sbatch {r['sbatch']}" if r['sbatch'] else f"Run it: torchrun --nproc_per_node=N {r['script']}")

@@ -4,17 +4,16 @@
 
 # %% ../nbs/00b_compat_ipp.ipynb #49171b13
 from __future__ import annotations
-import collections, os, re, warnings
+import collections, concurrent.futures, os, re, warnings
 from importlib.metadata import version, PackageNotFoundError
 
 # %% auto #0
 __all__ = ['tested_versions', 'min_versions', 'OUTPUT_MSGS', 'CompatError', 'installed', 'outside_tested', 'missing',
            'check_versions', 'engine_uuids', 'pending_tasks', 'controller_url', 'noninteractive', 'task_futures',
            'has_task_futures', 'task_output', 'task_name', 'supervised_view', 'record_outputs', 'task_events',
-           'engine_launchers', 'launcher_process', 'replace_launcher_process', 'stop_sync_thread', 'engine_state_file',
-           'forget_magics', 'engine_registration_url', 'on_uncaught_error', 'plain_tracebacks', 'session_key',
-           'bind_engine_kernel', 'supervised_result', 'controller_process', 'hub_answers', 'abandon_client',
-           'engine_exits']
+           'engine_launchers', 'launcher_process', 'stop_sync_thread', 'engine_state_file', 'forget_magics',
+           'engine_registration_url', 'on_uncaught_error', 'plain_tracebacks', 'session_key', 'bind_engine_kernel',
+           'supervised_result', 'controller_process', 'hub_answers', 'abandon_client', 'engine_exits']
 
 # %% ../nbs/00b_compat_ipp.ipynb #72e936ea
 tested_versions = dict(ipyparallel='9.2', IPython='9.18')  # major.minor the tests of this module ran against
@@ -121,6 +120,7 @@ def supervised_view(view, # an ipyparallel DirectView
             if before is not None: before(self.targets if targets is None else targets)
             block = self.block if block is None else block
             ar = super().execute(code, silent=silent, targets=targets, block=False, **kw)
+            ar._ddp_code = code  # what the ranks run: the lines their stacks point to
             watch(ar, block)
             if block:
                 try: ar.get(); ar.wait_for_output()
@@ -166,11 +166,6 @@ def engine_launchers(cluster, # an ipyparallel Cluster, or None
 def launcher_process(launcher):
     "The process a local launcher started (its `.process`, a psutil.Process in ipyparallel 9.2), None where it has none"
     return getattr(launcher, 'process', None)
-
-def replace_launcher_process(launcher, proc):
-    "Make `launcher` poll and wait on `proc` (a psutil.Process of the same pid) instead of its own `.process`"
-    if not hasattr(launcher, 'process'): raise missing("the local launcher's .process")
-    launcher.process = proc
 
 # %% ../nbs/00b_compat_ipp.ipynb #851f75ef
 def stop_sync_thread(obj, # an ipyparallel Cluster (any `AsyncFirst`), or None
@@ -306,7 +301,7 @@ def hub_answers(rc, # a connected Client
     try: fut = rc._send(rc._query_stream, 'queue_request', content=dict(targets=[], verbose=False))
     except Exception: return False  # the client is closed
     try: fut.result(timeout); return True  # any answer (here an error: no engines named) says it is there
-    except TimeoutError: fut.cancel(); return False  # (cancelled: the client forgets it)
+    except (TimeoutError, concurrent.futures.TimeoutError): fut.cancel(); return False  # (two classes before Python 3.11; cancelled: the client forgets it)
 
 def abandon_client(rc, # a Client whose controller is gone
                   ):

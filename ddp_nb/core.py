@@ -7,10 +7,11 @@ from __future__ import annotations
 import operator, re
 
 # %% auto #0
-__all__ = ['BACKENDS', 'PROGRESS_KEYS', 'CLUSTER_PREFIX', 'pick_backend', 'engine_count', 'visible_gpus', 'threads_per_rank',
-           'plan_ranks', 'check_gpus', 'torchrun_env', 'rank_device', 'single_host', 'label_hosts', 'iface_of',
-           'master_address', 'check_ifname', 'engines_per_host', 'slurm_script', 'mpi_host_args', 'parse_ranks',
-           'rank_ranges', 'make_cluster_id', 'cluster_owner', 'stack_file']
+__all__ = ['BACKENDS', 'PROGRESS_KEYS', 'TB_HINT', 'CLUSTER_PREFIX', 'pick_backend', 'engine_count', 'visible_gpus',
+           'threads_per_rank', 'plan_ranks', 'check_gpus', 'torchrun_env', 'rank_device', 'single_host', 'label_hosts',
+           'iface_of', 'master_address', 'check_ifname', 'engines_per_host', 'slurm_script', 'mpi_host_args',
+           'parse_ranks', 'rank_magic_args', 'rank_ranges', 'StepCounter', 'tensorboard_parts', 'tb_tag',
+           'make_cluster_id', 'cluster_owner', 'stack_file']
 
 # %% ../nbs/00_core.ipynb #b29d9b8a
 BACKENDS = ('nccl', 'gloo')
@@ -223,6 +224,13 @@ def parse_ranks(spec, # int, list of ints, 'all', '0,2', '1:3' or '::2'
     if not rs: raise ValueError(f"{spec!r} selects no rank: this cluster has ranks 0..{world_size-1}.")
     return sorted(set(rs))
 
+# %% ../nbs/00_core.ipynb #6e06c4a2
+def rank_magic_args(line:str, # what follows %%rank
+                   ) -> tuple[str, str]: # (the ranks, '' for all; the %%px flags, '' for none)
+    "Split a `%%rank` line into its ranks and its `%%px` flags"
+    m = re.search(r'(^|\s)(--?[A-Za-z])', line)
+    return (line.strip(), '') if m is None else (line[:m.start(2)].strip(), line[m.start(2):].strip())
+
 # %% ../nbs/00_core.ipynb #23add192
 def rank_ranges(ranks, # rank numbers, in any order
                 sep:str=', ', # between items
@@ -239,6 +247,37 @@ def rank_ranges(ranks, # rank numbers, in any order
 
 # %% ../nbs/00_core.ipynb #1f78df35
 PROGRESS_KEYS = ('total', 'epoch', 'samples')  # progress facts, shown in the header rather than plotted
+
+class StepCounter:
+    "The step of each `report(...)`: the one given, else one more than the last; counting starts again when the reported epoch goes back (a new training)"
+    def __init__(self): self.last, self.epoch = -1, None
+    def __call__(self, step=None, # the step given; None: one more than the last
+                 epoch=None, # the epoch reported with it, if any
+                ): # the step to record
+        if step is None:
+            try:
+                if epoch is not None and self.epoch is not None and epoch < self.epoch: self.last = -1  # epoch 0 after 2: a new run
+                step = self.last + 1
+            except Exception: step = None  # after report(step='x'): no step to count from; the reporter flags it
+        if epoch is not None: self.epoch = epoch
+        self.last = step
+        return step
+
+# %% ../nbs/00_core.ipynb #c16f908a
+TB_HINT = "writing TensorBoard files needs TensorBoard: pip install 'ddp_nb[tensorboard]' (or pip install tensorboard)"
+
+def tensorboard_parts():
+    "TensorBoard's event writer and protos (EventFileWriter, Event, Summary), or an ImportError that says how to install them"
+    try:
+        from tensorboard.summary.writer.event_file_writer import EventFileWriter
+        from tensorboard.compat.proto.event_pb2 import Event
+        from tensorboard.compat.proto.summary_pb2 import Summary
+    except ImportError as e: raise ImportError(f"{TB_HINT} ({e})") from None
+    return EventFileWriter, Event, Summary
+
+def tb_tag(name:str) -> str:
+    "TensorBoard tag of a metric: the step breakdown (t_data, ...) grouped under time/"
+    return f"time/{name}" if name.startswith('t_') else name
 
 # %% ../nbs/00_core.ipynb #91cd177a
 CLUSTER_PREFIX = 'ddp_nb'

@@ -213,6 +213,7 @@ class RankState:
         self.active, self.first_step, self.last_t, self.was_active, self.gap = 0., None, None, False, False  # active time of the run
         self.replaced, self.fresh = None, False  # the pid of the engine this one replaced; True until the new engine reports a point
         self.received, self.every = 0, 0.1  # points received from this engine; seconds between its batches
+        self.samples = [0., 0]  # samples reported in the run, and at how many steps: samples/s from their mean, not the last batch's
 
 def _replacement(old:RankState, # the replaced engine's state
                  ranks:dict|None=None, # rank -> state, of every rank now
@@ -354,7 +355,7 @@ def _fold_run(self:Collector, rs:RankState, msg:dict, a:int, b:int, new:bool):
     "Fold points `a`..`b`-1 of a decoded batch, all of one run (`new`: they start a new run), into `rs` and the history"
     if new:
         rs.run, rs.progress, rs.start, rs.latest, rs.active, rs.fresh = rs.run + 1, {}, None, {}, 0., False
-        rs.rate.clear()
+        rs.rate.clear(); rs.samples = [0., 0]
     whole = a == 0 and b == len(msg['steps'])
     steps, ts = (msg['steps'], msg['ts']) if whole else (msg['steps'][a:b], msg['ts'][a:b])
     if rs.gap:
@@ -373,6 +374,9 @@ def _fold_run(self:Collector, rs:RankState, msg:dict, a:int, b:int, new:bool):
         if k in PROGRESS_KEYS:
             v = next((v for v in reversed(kv) if math.isfinite(v)), None)  # a bad one is flagged by the reporter
             if v is not None: rs.progress[k] = v
+            if k == 'samples':
+                ok = [v for v in kv if math.isfinite(v)]
+                rs.samples = [rs.samples[0] + sum(ok), rs.samples[1] + len(ok)]
         else:
             rs.latest[k] = kv[-1]
             self.history.extend(rs.run, rs.rank, k, ks, kt, kv)
@@ -486,7 +490,7 @@ def progress(cur:list[RankState], # the current run's ranks (`Snapshot.current()
     if t1 - t0 >= MIN_RATE_SPAN and s1 > s0: p['rate'] = (s1 - s0) / (t1 - t0)  # the recent window, since the last idle gap
     elif p['elapsed'] > 0 and step > r0.first_step: p['rate'] = (step - r0.first_step) / p['elapsed']
     if p['rate']:
-        spl = sum(s.progress.get('samples', 0) for s in cur)
+        spl = sum(s.samples[0] / s.samples[1] for s in cur if s.samples[1])  # samples a step, all ranks (an epoch's short last batch is no new size)
         p['samples_per_s'] = p['rate'] * spl if spl else None
         if p['total']: p['eta'] = max(0., (p['total'] - 1 - step) / p['rate'])
     return p

@@ -6,9 +6,10 @@
 from __future__ import annotations
 import json, math, os
 from pathlib import Path
+from .core import TB_HINT, tb_tag, tensorboard_parts
 
 # %% auto #0
-__all__ = ['TB_HINT', 'history_records', 'to_jsonl', 'tb_tag', 'rank_means', 'to_tensorboard']
+__all__ = ['history_records', 'to_jsonl', 'rank_means', 'to_tensorboard']
 
 # %% ../nbs/02i_export.ipynb #238b6739
 def history_records(history, # `cl.history`, its `.records()`, a DataFrame, or a list of dicts
@@ -37,21 +38,6 @@ def to_jsonl(history, # `cl.history`, its records, or a DataFrame
     return str(path)
 
 # %% ../nbs/02i_export.ipynb #32d39af5
-TB_HINT = "to_tensorboard needs TensorBoard: pip install 'ddp_nb[tensorboard]' (or pip install tensorboard)"
-
-def _tb():
-    "TensorBoard's event writer and protos, or an ImportError that says how to install them"
-    try:
-        from tensorboard.summary.writer.event_file_writer import EventFileWriter
-        from tensorboard.compat.proto.event_pb2 import Event
-        from tensorboard.compat.proto.summary_pb2 import Summary
-    except ImportError as e: raise ImportError(f"{TB_HINT} ({e})") from None
-    return EventFileWriter, Event, Summary
-
-def tb_tag(name:str) -> str:
-    "TensorBoard tag of a metric: the step breakdown (t_data, ...) grouped under time/"
-    return f"time/{name}" if name.startswith('t_') else name
-
 def rank_means(recs:list) -> list:
     "Records of the mean over ranks: per (run, step), each metric averaged over the ranks that reported it"
     acc = {}
@@ -71,7 +57,7 @@ def to_tensorboard(history, # `cl.history`, its records, or a DataFrame
                    mean:bool=True, # also write the mean over ranks
                   ) -> list: # the run folders written
     "Write every rank's metrics (and their mean) as TensorBoard scalars, with the records' steps and wall times"
-    EventFileWriter, Event, Summary = _tb()
+    EventFileWriter, Event, Summary = tensorboard_parts()
     recs, out = history_records(history, run), []
     runs = sorted({r.get('run', 0) for r in recs})
     for rn in runs:

@@ -12,17 +12,7 @@ from .outputs import RankOutput
 from .ranks import RankSet
 
 # %% auto #0
-__all__ = ['prefix_lines', 'ScriptError', 'script_failure', 'follow_script', 'run_script']
-
-# %% ../nbs/02e_launch.ipynb #28f0a15a
-def prefix_lines(text:str, # new output of one rank
-                 prefix:str, # e.g. '[rank 1] '
-                 final:bool=False, # the rank is done: flush a trailing partial line too
-                ) -> tuple[str, int]: # (prefixed whole lines, number of characters of `text` used)
-    "Prefix every complete line of `text` (and the rest too when `final`)"
-    used = len(text) if final else text.rfind('\n') + 1
-    lines = text[:used].splitlines()
-    return ''.join(f"{prefix}{l}\n" for l in lines), used
+__all__ = ['ScriptError', 'script_failure', 'follow_script', 'run_script']
 
 # %% ../nbs/02e_launch.ipynb #21ba8801
 def _follow(ars:dict, # rank -> AsyncResult of `run_rank`

@@ -7,6 +7,7 @@ from __future__ import annotations
 import signal, sys
 from .compat_ipp import forget_magics, record_outputs
 from .outputs import HOLD, RankOutput
+from .core import rank_magic_args
 from .supervise import ClusterGone, Interrupted, Supervisor
 
 # %% auto #0
@@ -96,9 +97,8 @@ def activate(owner, # the DDPCluster whose magics these are
     ip.magics_manager.register(magics)
     def rank(line, cell):
         "%%rank RANKS [px flags]: run the cell on the ranks RANKS ('0', '0,2', '1:', 'all')"
-        spec, _, rest = (' ' + line.strip()).partition(' -')  # flags start with '-'; ranks may contain spaces
-        return ip.run_cell_magic('px', f"--targets [{','.join(map(str, sup.rs.engine_ids(spec.strip() or 'all')))}] "
-                                 + (f"-{rest}" if rest else ''), cell)
+        spec, flags = rank_magic_args(line)  # ranks may contain spaces
+        return ip.run_cell_magic('px', f"--targets [{','.join(map(str, sup.rs.engine_ids(spec or 'all')))}] {flags}", cell)
     ip.register_magic_function(rank, 'cell', 'rank')
     _active[0] = owner
 

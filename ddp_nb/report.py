@@ -8,6 +8,7 @@ import hashlib, hmac, json, math, operator, os, secrets, sys, threading, time
 from array import array
 from collections import deque
 from fastcore.basics import patch
+from .core import StepCounter
 from .host import host_identity
 from .context import ctx, rank_info
 from .compat_ipp import on_uncaught_error, session_key
@@ -258,7 +259,7 @@ class Reporter:
         self.sock.setsockopt(zmq.LINGER, 500)
         self.sock.setsockopt(zmq.SNDHWM, 10000)
         self.sock.connect(addr)
-        self.buf, self.auto_step, self.dropped = deque(), -1, 0
+        self.buf, self.steps, self.dropped = deque(), StepCounter(), 0
         self.pid, self.host = os.getpid(), host_identity()  # the identity, not the hostname: namespaces and containers share hostnames
         self.load, self.last_load, self.last_report = LoadSampler(device), 0., 0.
         self.error = None  # (time, 'ValueError: ...') of the last uncaught error on this engine, until the next cell
@@ -270,10 +271,7 @@ class Reporter:
 
     def report(self, step=None, **metrics):
         "Record metrics for `step` (default: one more than the last); returns at once"
-        if step is None:
-            try: step = self.auto_step + 1
-            except Exception: step = None  # after report(step='x'): no step to count from (it raised TypeError in the loop); step -1, flagged
-        self.auto_step = step
+        step = self.steps(step, metrics.get('epoch'))
         self.last_report = t = time.time()
         self.buf.append((t, step, metrics))
 

@@ -23,7 +23,7 @@ from torch.distributed.fsdp import fully_shard, FSDPModule, MixedPrecisionPolicy
 from torch.distributed.tensor import DTensor
 from .host import pid_alive
 from .context import rank_info
-from .train import (CheckpointError, UnsafeCheckpointError, atomic_save, checkpoints, load_weights_only, newest_good,
+from .train import (_from_0, CheckpointError, UnsafeCheckpointError, atomic_save, checkpoints, load_weights_only, newest_good,
                           read_checkpoint, rng_state, set_rng_state, unwrap, _decide_on_0, _newest_readable)
 
 # %% ../nbs/01g_sharded.ipynb #8c7e708d
@@ -174,12 +174,6 @@ def _why(e:BaseException) -> str:
     if isinstance(e, CheckpointException):
         return '; '.join(f"rank {r}: {type(x).__name__}: {str(x).splitlines()[0] if str(x) else ''}" for r, x in _failures(e).items())
     return f"{type(e).__name__}: {e}"
-
-def _from_0(obj):
-    "Rank 0's `obj` on every rank"
-    if not dist.is_initialized(): return obj
-    box = [obj]; dist.broadcast_object_list(box, src=0)
-    return box[0]
 
 def _states(model, optimizer) -> dict:
     "The model's (and optimizer's) state dicts as DCP saves and loads them: this rank's shards, keyed by parameter name"

@@ -4,7 +4,7 @@
 
 # %% ../nbs/02c_supervise.ipynb #dc3947be
 from __future__ import annotations
-import os, re, signal, sys, threading, time
+import keyword, linecache, os, re, signal, sys, threading, time
 from pathlib import Path
 import psutil
 from fastcore.basics import patch
@@ -16,10 +16,11 @@ from . import rank
 from .ranks import RankSet, clean_traceback
 
 # %% auto #0
-__all__ = ['FEW', 'proc_status', 'where', 'stack_frames', 'group_stacks', 'group_header', 'grouped_stacks', 'show_stacks',
-           'RankFailure', 'Interrupted', 'ClusterGone', 'cell_label', 'cell_place', 'Watch', 'Limits', 'Supervisor',
-           'hang_limit', 'desync_states', 'stopped_ranks', 'report_interval', 'stalled', 'issued_counts', 'rank_lines',
-           'stop_line', 'interrupted_line']
+__all__ = ['FEW', 'proc_status', 'where', 'stack_frames', 'group_stacks', 'group_header', 'grouped_stacks', 'call_at',
+           'cell_file_name', 'rank_activity', 'hang_verdict', 'show_stacks', 'RankFailure', 'Interrupted',
+           'ClusterGone', 'cell_label', 'cell_place', 'Watch', 'Limits', 'Supervisor', 'hang_limit', 'desync_states',
+           'stopped_ranks', 'report_interval', 'stalled', 'issued_counts', 'rank_lines', 'stop_line',
+           'interrupted_line']
 
 # %% ../nbs/02c_supervise.ipynb #dd12faf1
 def _short_stack(text:str, # faulthandler output for one process
@@ -40,10 +41,15 @@ def proc_status(pid:int) -> str:
     except psutil.NoSuchProcess: return 'dead'
     except Exception: return 'unknown'
 
+def _size(path) -> int:
+    try: return os.stat(path).st_size
+    except OSError: return -1
+
 def where(rs:RankSet, # the ranks
           cluster_id:str, # the cluster's id (names the stack files)
           ranks:list|None=None, # ranks to ask; None: all
-          wait:float=0.5, # seconds to give the ranks to write their stacks
+          wait:float=0.5, # seconds to give the ranks to write their stacks, at most
+          settle:float=0.1, # seconds every stack file must stay the same size, once grown, before it is read
          ) -> dict: # rank -> stack text or state
     "Every rank's current Python stack (main thread, innermost frames), or why it cannot give one"
     ranks = list(range(len(rs))) if ranks is None else list(ranks)
@@ -57,7 +63,12 @@ def where(rs:RankSet, # the ranks
         if not f.exists(): out[r] = 'no stack dump installed on this rank (yet)'; continue  # SIGUSR1 would kill it
         sizes[r] = f.stat().st_size
         os.kill(p['pid'], signal.SIGUSR1)
-    time.sleep(wait if sizes else 0)
+    t_end, t_moved, last = time.monotonic() + wait, time.monotonic(), dict(sizes)
+    while sizes and time.monotonic() < t_end:  # the dumps are written in microseconds once a rank runs: ~0.1 s, not `wait`
+        time.sleep(0.02)
+        now = {r: _size(stack_file(cluster_id, r, folder)) for r in sizes}
+        if now != last: last, t_moved = now, time.monotonic()
+        elif all(now[r] > n for r, n in sizes.items()) and time.monotonic() - t_moved >= settle: break
     for r, n in sizes.items():
         f = Path(stack_file(cluster_id, r, folder))
         try:
@@ -111,6 +122,88 @@ def grouped_stacks(stacks:dict, # rank -> stack text or state (`where`)
         body = [l for l in text.splitlines() if l.startswith('  ')] if stack_frames(text) else []
         out.append(f"--- {group_header(ranks, text)}" + (':\n' + '\n'.join(body) if body else ''))
     return '\n'.join(out)
+
+# %% ../nbs/02c_supervise.ipynb #c7a1e002
+_IN_COLLECTIVE = re.compile(r'[/\\]torch[/\\]distributed[/\\]')
+_TORCH = re.compile(r'[/\\]torch[/\\]')
+_OURS = re.compile(r'[/\\]ddp_nb[/\\]')
+_CALL = re.compile(r'([A-Za-z_][\w.]*)\s*\(')
+_QUOTED = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'')
+
+def call_at(line:str, # a line of source code
+           ) -> str|None: # 'time.sleep'; None: no call on it, or several
+    "The one call on a line of source (what runs when a rank's innermost Python frame is this line: a call into C), else None"
+    s = _QUOTED.sub('""', line).split('#', 1)[0].strip()
+    if re.match(r'(async\s+)?(def|class)\b', s): return None
+    names = list(dict.fromkeys(n.strip('.') for n in _CALL.findall(s) if not keyword.iskeyword(n.split('.')[0])))
+    return names[0] if len(names) == 1 else None
+
+def cell_file_name(code:str, # the code of a cell, as it was sent to the engines
+                  ) -> str|None: # '283677858.py'; None without ipykernel
+    "The name (without its folder) ipykernel gives the file of a cell running `code`: how the ranks' stacks name that cell"
+    try: from ipykernel.compiler import get_tmp_hash_seed, murmur2_x86
+    except Exception: return None
+    return f"{murmur2_x86(code, get_tmp_hash_seed())}.py"
+
+def _cut(s:str, n:int=60) -> str: return s if len(s) <= n else s[:n - 1] + '…'
+
+def rank_activity(stack:str, # the rank's stack, or its state (`where`)
+                  recs:list|None=None, # its records of the collectives it issued (`read_records`), oldest first
+                  line=lambda file, lineno: '', # the source text of a frame's line (`Supervisor.source_line`)
+                 ) -> tuple: # (kind: 'waits', 'runs', 'stopped', 'dead' or 'unknown'; verb; the words after it)
+    "What one rank is doing: waiting in which collective (its op and number among this rank's), or running outside any collective at which line of the user's"
+    frames = stack_frames(stack)
+    if not frames:
+        s = stack.strip()
+        if s.startswith('stopped'): return 'stopped', 'is', s.split(':')[0]
+        if s == 'dead': return 'dead', 'is', 'dead'
+        if s.startswith('on host'): return 'unknown', 'is', f"on host {s[8:].split(':')[0]} (not seen from here)"
+        return 'unknown', 'gave', f"no stack ({s})"
+    user = next((f for f in frames if not _LIBRARY.search(f[0])), None)
+    text = line(user[0], user[1]).strip() if user else ''
+    call = call_at(text) if text else None
+    pending = [x for x in recs or [] if x['state'] == 'pending']
+    top = frames[0][0]
+    if _IN_COLLECTIVE.search(top) or (pending and (_TORCH.search(top) or (call or '').endswith('.wait'))):
+        x = pending[-1] if pending else None
+        name = f"{x['op']} #{x['seq']}" + ('' if x['pg'] == 'default' else f" on group {x['pg']}") if x else frames[0][2]
+        return 'waits', 'waits', f"in {name}" + (f" at {_place(user)}" if user else f" ({Path(top).name}:{frames[0][1]})")
+    if user is None: return 'runs', 'is', f"in {frames[0][2]} ({Path(top).name}:{frames[0][1]})"
+    name = call or (None if user is frames[0] or _OURS.search(top) else frames[0][2])  # ddp_nb's own frames are never named
+    if name: return 'runs', 'is', f"in {name} at {_place(user)}"
+    return 'runs', 'is', f"at {_place(user)}" + (f": `{_cut(text)}`" if text else '')
+
+_PLURAL = {'is': 'are', 'waits': 'wait', 'gave': 'gave'}
+
+def _who(ranks:list, n:int) -> str:
+    "'rank 1', 'ranks 0, 2' (a few ranks), 'ranks 0, 2–61 (61 ranks)'"
+    if len(ranks) == 1: return f"rank {ranks[0]}"
+    return f"ranks {rank_ranges(ranks)}" + (f" ({len(ranks)} ranks)" if n > FEW else '')
+
+def hang_verdict(stacks:dict, # rank -> stack or state (`where`), of the ranks still running the cell
+                 records:dict|None=None, # rank -> its records of collectives (`read_records`)
+                 finished:list=(), # ranks that already finished the cell
+                 line=lambda file, lineno: '', # the source text of a frame's line (`Supervisor.source_line`)
+                 n:int|None=None, # ranks in the cluster (beyond `FEW`, ranks are named as ranges with a count)
+                ) -> tuple: # (ranks the others wait for, ranks waiting in a collective, the sentence)
+    "Who waits for whom: the running ranks outside any collective (or stopped, or dead) first, then the ranks waiting in a collective and for whom"
+    n = n or len(stacks) + len(finished)
+    acts = {r: rank_activity(stacks[r], (records or {}).get(r), line) for r in sorted(stacks)}
+    waiting = [r for r, a in acts.items() if a[0] == 'waits']
+    outside = [r for r, a in acts.items() if a[0] in ('runs', 'stopped', 'dead')]
+    groups = {}
+    for r, a in acts.items(): groups.setdefault(a, []).append(r)
+    order = sorted(groups.items(), key=lambda g: (g[0][0] == 'waits', g[0][0] == 'unknown', g[1][0]))
+    parts = []
+    for (kind, verb, words), rs in order:
+        s = f"{_who(rs, n)} {verb if len(rs) == 1 else _PLURAL[verb]} {words}"
+        if kind == 'runs' and waiting: s += ', outside any collective'
+        if kind == 'waits' and outside: s += f" for {_who(outside, n)}"
+        elif kind == 'waits' and finished: s += f" for {_who(sorted(finished), n)}, which finished the cell"
+        parts.append(s)
+    if not waiting and acts: parts.append('no rank waits in a collective')
+    return outside, waiting, '; '.join(parts) + '.'
+
 
 # %% ../nbs/02c_supervise.ipynb #d2a87bda
 def show_stacks(rs:RankSet, stacks:dict, file=None):
@@ -223,6 +316,7 @@ class Supervisor:
         self.gone, self.on_gone, self.limits = gone, on_gone, Limits() if limits is None else limits
         self.watches, self.active, self.last_ar, self.last_origin, self._thread = [], True, None, None, None
         self.stopped_outside, self._t_gone, self._gone_lock = None, 0., threading.Lock()
+        self.sources = {}  # the name of a cell's file on the ranks -> its code (`source_line`)
 
     def watch(self, ar, blocking:bool=False,
               result:bool=False, # make `ar.get()` (and `%pxresult`) raise what a blocking cell would (`result`)
@@ -231,6 +325,7 @@ class Supervisor:
         w = getattr(ar, '_ddp_watch', None)
         if w is None:
             w = ar._ddp_watch = Watch(ar, cell_label(), blocking, self.rs.snapshot())
+            self._remember(getattr(ar, '_ddp_code', None))  # its lines, for what a rank is doing
             if result: supervised_result(ar, self.result, lambda err, w=w: self.relabel(w, err))
             self.watches = [x for x in self.watches if not (x.done or x.claimed)] + [w]
             self._start()
@@ -293,6 +388,7 @@ class Supervisor:
                 stuck = [r for r in running if r not in gone]
                 if stuck:  # the local dead are reported soon; the stuck are ended, and reported dead once their engines are gone
                     w.desync = self.desync(states)  # which collective they wait in, read before they are ended
+                    w.doing = self.doing(stuck, rs)  # and each one's stack: waiting in a collective, or running outside any
                     stopped = stopped_ranks(rs, stuck)  # a stopped rank is a cause, not a victim
                     rs.end(stopped, why='was stopped (SIGSTOP or a debugger) while running the cell, and was ended')
                     rs.end([r for r in stuck if r not in stopped], why=f'was still running {self.limits.grace:g}s after another rank failed, and was ended')
@@ -305,14 +401,15 @@ class Supervisor:
         return False
 
 # %% ../nbs/02c_supervise.ipynb #da6ae9b3
-def hang_limit(interval:float|None, # seconds between the running ranks' recent reports (None: no reports)
+def hang_limit(interval:float|None, # seconds between the running ranks' reports in this cell (None: no reports)
                finished:bool=False, # some ranks finished the cell while others still run
                timeout:float=60, # the process group's timeout (a deadlock ends there anyway)
+               waiting:bool=True, # a rank waits in a collective (or no record tells)
               ) -> float: # seconds without progress before the watchdog speaks
-    "The adaptive `hang_after`: 10 s once a rank finished while others wait; else 5 report intervals (at least 10 s); else half the group timeout (10 to 30 s)"
+    "The adaptive `hang_after`: 10 s once a rank finished while others wait; else 5 report intervals of this cell (at least 10 s); else 10 s while a rank waits in a collective, or half the group timeout (10 to 30 s) while none does"
     if finished: return 10.0
     if interval: return max(10.0, 5 * interval)
-    return min(30.0, max(10.0, timeout / 2))
+    return 10.0 if waiting else min(30.0, max(10.0, timeout / 2))
 
 def desync_states(rs:RankSet, states:dict) -> dict:
     "rank -> the words of `collectives.desync_report` ('running', 'finished', 'raised', 'dead', 'stopped', 'lost') for a task's states"
@@ -332,14 +429,16 @@ def stopped_ranks(rs:RankSet, ranks:list) -> list:
     return [r for r in ranks if rs.is_local(r) and proc_status(rs.plan[r]['pid']) == psutil.STATUS_STOPPED]
 
 @patch
-def _reports(self:Supervisor, running:list) -> dict:
-    "rank -> (times of its 9 newest reports, seconds between its batches), of the `running` ranks that reported; read under the collector's lock"
+def _reports(self:Supervisor, running:list,
+             since:float|None=None, # time.time() from which reports count (the cell's start); None: all
+            ) -> dict:
+    "rank -> (times of its 9 newest reports since `since`, seconds between its batches), of the `running` ranks that reported; read under the collector's lock"
     col, out = self.progress(), {}
     if col is None: return out
     with col.lock:  # its thread changes them as batches arrive
         for r in running:
             rs = col.ranks.get(r)
-            if rs is not None: out[r] = ([t for t, _ in rs.rate][-9:], rs.every)
+            if rs is not None: out[r] = ([t for t, _ in rs.rate if since is None or t >= since][-9:], rs.every)
     return out
 
 def report_interval(reports:dict, # from `Supervisor._reports`
@@ -364,17 +463,67 @@ def _hanging(self:Supervisor, w:Watch, running:list, states:dict) -> bool:
     w.t_stop = (w.t_stop or time.monotonic()) if stopped else None
     if stopped and time.monotonic() - w.t_stop > self.limits.grace: return True
     finished = any(s in ('ok', 'stopped') for s, _ in states.values())
-    reps = self._reports(running)
-    limit = self.limits.hang_after if self.limits.hang_after != 'auto' else hang_limit(report_interval(reps), finished, self.timeout)
+    reps = self._reports(running, since=time.time() - (time.monotonic() - w.t0))  # this cell's: an earlier cell's pace says nothing
+    auto, interval = self.limits.hang_after == 'auto', report_interval(reps)
+    limit = hang_limit(interval, finished, self.timeout) if auto else self.limits.hang_after
     lag = 3 * max((every for _, every in reps.values()), default=0.)  # reports arrive a batch interval late (many ranks: seconds)
-    return stalled(reps, w.t0) > max(limit, lag)
+    quiet = stalled(reps, w.t0)
+    if auto and not finished and interval is None and quiet > max(limit, lag):  # a silent cell: is anybody waiting for anybody?
+        limit = hang_limit(None, timeout=self.timeout, waiting=self._waiting(w, running))
+    return quiet > max(limit, lag)
+
+@patch
+def _waiting(self:Supervisor, w:Watch, running:list,
+             every:float=1.0, # seconds between reads of the records
+            ) -> bool:
+    "Whether a running rank waits in a collective, as the ranks' records say (True when none of them has records)"
+    now = time.monotonic()
+    if now - getattr(w, 't_recs', -every) >= every:
+        w.t_recs = now
+        try: recs = {r: v for r, v in read_records(self.cluster_id, running).items() if v is not None}
+        except Exception: recs = {}
+        w.waits = not recs or any(x['state'] == 'pending' for v in recs.values() for x in v)
+    return w.waits
+
+@patch
+def source_line(self:Supervisor, file:str, lineno:int) -> str:
+    "The text of line `lineno` of `file` as a rank ran it: a cell sent through the cluster's views (known by its hash), else a file here"
+    code = self.sources.get(Path(file).name) if _CELL_NAME.search(file) else None
+    if code is not None:
+        lines = code.splitlines()
+        return lines[lineno - 1] if 0 < lineno <= len(lines) else ''
+    try: return linecache.getline(file, lineno)
+    except Exception: return ''
+
+@patch
+def _remember(self:Supervisor, code:str|None, keep:int=256):
+    "Keep the code of a cell sent to the ranks, by the name its file has on them (`cell_file_name`), for `source_line`"
+    name = cell_file_name(code) if code else None
+    if name is None: return
+    self.sources.pop(name, None); self.sources[name] = code
+    while len(self.sources) > keep: self.sources.pop(next(iter(self.sources)))
+
+@patch
+def doing(self:Supervisor, ranks:list, # the ranks to look at (their stacks are asked for: `where`)
+          rs:RankSet|None=None, # the ranks as planned when the task was sent; None: now
+         ) -> dict: # rank -> `rank_activity`
+    "What each of `ranks` is doing: in which collective it waits, or where it runs outside any"
+    rs = rs or self.rs
+    try: stacks, recs = where(rs, self.cluster_id, ranks), read_records(self.cluster_id, ranks)
+    except Exception: return {}
+    return {r: rank_activity(stacks[r], recs.get(r), self.source_line) for r in ranks}
 
 @patch
 def hang_report(self:Supervisor, running:list, waited:float, finished:list=()):
-    "Print the stuck ranks, the ranks that already finished (a skipped collective?), every rank's stack (grouped beyond `FEW` ranks), and the ways out"
-    stacks = where(self.rs, self.cluster_id, running)
-    stuck, n = [r for r in running if stacks[r].startswith(('stopped', 'dead', 'no answer'))] or running, len(self.rs)
+    "Print the stuck ranks, who waits for whom (`hang_verdict`), the ranks that already finished (a skipped collective?), every rank's stack (grouped beyond `FEW` ranks), and the ways out"
+    stacks, n = where(self.rs, self.cluster_id, running), len(self.rs)
+    try: records = read_records(self.cluster_id, running)
+    except Exception: records = {}
+    outside, waiting, verdict = hang_verdict(stacks, records, finished, self.source_line, n)
+    gone = [r for r in running if stacks[r].startswith(('stopped', 'dead', 'no answer'))]
+    stuck = sorted(set(gone) | set(outside if waiting else ())) or running  # the ranks the others wait for
     print(f"[ddp_nb watchdog] no progress for {waited:.0f}s. Stuck: {_ranks_text(self.rs, stuck, n)}.", file=sys.stderr)
+    print(_cap(verdict), file=sys.stderr)
     desync = self.desync({**{r: ('running', None) for r in running}, **{r: ('ok', None) for r in finished}})
     if desync: print(desync[:1].upper() + desync[1:], file=sys.stderr)
     if finished: print(f"{_cap(_rank_list(finished, n))} already FINISHED the cell while {_rank_list(running, n)} wait: a collective that "
@@ -406,6 +555,7 @@ def failure(self:Supervisor, states:dict, first:list, ended:list, cell:str='the 
             desync:str|None=None, # what the ranks' recent collectives say (`desync`), if they were read
             rs:RankSet|None=None, # the ranks as planned when the task was sent (a restart replaces the plan); None: now
             stopped:list=(), # ranks found stopped (SIGSTOP) and ended: the cause, not victims
+            doing:dict|None=None, # rank -> what an ended rank was doing (`rank_activity`), read before it was ended
            ) -> RankFailure:
     "The error for a cell that failed: the first failing rank's traceback, then one line per other rank, then what to do"
     rs, n = rs or self.rs, len(states)
@@ -431,11 +581,12 @@ def failure(self:Supervisor, states:dict, first:list, ended:list, cell:str='the 
     else:
         head = f"{rs.describe(origin)} raised {_one_line(err)}"
         detail = f"--- traceback of rank {origin}, where it started:\n{_traceback(err, cell)}"
+    timed_out = state == 'error' and re.search(r'timed? ?out', _one_line(err), re.I) is not None  # the group's timeout ended its collective
     others = []  # (rank, what follows 'rank R')
     for r in sorted(states):
         if r == origin: continue
         s, e = states[r]
-        if r in ended: others.append((r, f": was still running {self.limits.grace:g}s after (most likely waiting for rank {origin} in a collective) and was ended: its state is lost."))
+        if r in ended: others.append((r, self._ended_line((doing or {}).get(r), origin, timed_out)))
         elif r in why: others.append((r, f": {why[r]}: its state is lost."))
         elif s == 'dead': others.append((r, f" (host {rs.plan[r]['host']}): {self.death(r, rs.plan[r]['pid'])}."))
         elif s == 'lost': others.append((r, f" (host {rs.plan[r]['host']}): stopped answering too."))
@@ -459,9 +610,22 @@ def failure(self:Supervisor, states:dict, first:list, ended:list, cell:str='the 
     return RankFailure('\n'.join(lines), detail)
 
 @patch
+def _ended_line(self:Supervisor, act:tuple|None, # what the rank was doing when it was ended (`rank_activity`), if known
+                origin:int, # the rank where the failure started
+                timed_out:bool=False, # the origin's error is its collective's timeout
+               ) -> str:
+    "What follows 'rank R' for a rank ended because it still ran `grace` s after rank `origin` failed: what it was doing, as its stack said"
+    g, end = self.limits.grace, ", and was ended: its state is lost."
+    if act and act[0] == 'waits': return f": was still running {g:g}s after, waiting {act[2]} (most likely for rank {origin})" + end
+    if act and act[0] == 'runs':
+        return (f": was still running {g:g}s after, outside any collective ({act[2]})"
+                + (f": rank {origin}'s collective timed out waiting for it" if timed_out else '') + end)
+    return f": was still running {g:g}s after (most likely waiting for rank {origin} in a collective) and was ended: its state is lost."
+
+@patch
 def _failure(self:Supervisor, w:Watch) -> RankFailure:
     "The error for a watched task that failed"
-    return self.failure(w.states, w.first, w.ended, w.cell, getattr(w, 'desync', None), rs=w.rs, stopped=w.stopped)
+    return self.failure(w.states, w.first, w.ended, w.cell, getattr(w, 'desync', None), rs=w.rs, stopped=w.stopped, doing=getattr(w, 'doing', None))
 
 # %% ../nbs/02c_supervise.ipynb #c3bd903e
 @patch

@@ -4,19 +4,21 @@
 
 # %% ../nbs/02j_to_script.ipynb #eba4c894
 from __future__ import annotations
-import ast, builtins, io, json, re, shlex, symtable, sys, tokenize
+import ast, builtins, io, json, math, re, shlex, symtable, sys, tokenize
 from collections import namedtuple
 from pathlib import Path
-from .core import parse_ranks
+from .core import parse_ranks, rank_magic_args
 
 # %% auto #0
-__all__ = ['Cell', 'SKIP_TAG', 'RANK_CALLS', 'PREDEFINED', 'EXTRA', 'cell_of', 'read_cells', 'notebook_of', 'rank_test',
-           'indented', 'cell_names', 'cluster_names', 'kernel_effects', 'carried', 'star_imports', 'star_names',
-           'ipython_lines', 'check_cells', 'script_text', 'sbatch_text', 'to_script']
+__all__ = ['Cell', 'SKIP_TAG', 'GPU_FLAGS', 'RANK_CALLS', 'PREDEFINED', 'EXTRA', 'VALUE_TYPES', 'gpu_flag', 'cell_of',
+           'read_cells', 'notebook_of', 'rank_test', 'indented', 'cell_names', 'cluster_names', 'kernel_effects',
+           'carried', 'star_imports', 'star_names', 'ipython_lines', 'check_cells', 'kernel_values', 'value_literal',
+           'parse_set', 'check_values', 'script_text', 'sbatch_text', 'to_script']
 
 # %% ../nbs/02j_to_script.ipynb #a0f28c9d
-Cell = namedtuple('Cell', 'number kind code ranks magic source')  # number counts from 1 (markdown cells too); magic: the %%px/%%rank line
+Cell = namedtuple('Cell', 'number kind code ranks magic source gpus', defaults=(None,))  # number counts from 1 (markdown cells too); magic: the %%px/%%rank line; gpus: 'cuda', 'multigpu' or None
 SKIP_TAG = 'skip-script'
+GPU_FLAGS = ('cuda', 'multigpu')  # nbdev's test flags (settings.ini tst_flags) of cells that need a GPU, or two or more
 
 def _skipped(source:str, tags) -> bool:
     "Tagged skip-script, as a Jupyter tag or a `#| skip-script` line"
@@ -34,6 +36,17 @@ def _targets(args:str) -> str|None:
         return None if v in ('all', 'None', '') else v
     return None
 
+def gpu_flag(code:str, # a cell's code, after its %%px/%%rank line
+            ) -> str|None: # 'multigpu', 'cuda' or None
+    "The GPU flag among the cell's leading nbdev directives (`#| cuda`, `#| multigpu`; the stronger if both), as `nbdev_test` reads them"
+    keys = set()
+    for l in code.split('\n'):
+        s = l.strip()
+        if not s: continue
+        if not s.startswith('#|'): break
+        keys.add((s[2:].split() or [''])[0])
+    return next((f for f in reversed(GPU_FLAGS) if f in keys), None)
+
 def cell_of(number:int, # the cell's place in the notebook, from 1
             source:str, # its text
             tags=(), # its Jupyter tags
@@ -43,14 +56,16 @@ def cell_of(number:int, # the cell's place in the notebook, from 1
     first = lines[0].strip()
     if _skipped(source, tags): return Cell(number, 'skip', '', None, '', source)
     if re.match(r'%%px(\s|$)', first):
-        ranks = _targets(first[4:])
-        return Cell(number, 'px' if ranks is None else 'rank', '\n'.join(lines[1:]), ranks, first, source)
+        ranks, code = _targets(first[4:]), '\n'.join(lines[1:])
+        return Cell(number, 'px' if ranks is None else 'rank', code, ranks, first, source, gpu_flag(code))
     if re.match(r'%%rank(\s|$)', first):
-        spec = (' ' + first[6:].strip()).partition(' -')[0].strip() or 'all'  # flags start with ' -', as in `magics.activate`
-        return Cell(number, 'px' if spec == 'all' else 'rank', '\n'.join(lines[1:]), None if spec == 'all' else spec, first, source)
+        spec = rank_magic_args(first[6:])[0] or 'all'  # as the notebook's %%rank reads it
+        code = '\n'.join(lines[1:])
+        return Cell(number, 'px' if spec == 'all' else 'rank', code, None if spec == 'all' else spec, first, source, gpu_flag(code))
     body = [l for l in lines if l.strip() and not l.strip().startswith('#')]
     if body and all(re.match(r'%px\s', l) for l in body):
-        return Cell(number, 'px', '\n'.join(re.sub(r'^%px\s', '', l) for l in lines), None, '%px', source)
+        code = '\n'.join(re.sub(r'^%px\s', '', l) for l in lines)
+        return Cell(number, 'px', code, None, '%px', source, gpu_flag(code))
     return Cell(number, 'kernel', source, None, '', source)
 
 # %% ../nbs/02j_to_script.ipynb #89b6203a
@@ -232,9 +247,9 @@ def ipython_lines(code:str) -> list: # the lines that are IPython syntax, not Py
     new = TransformerManager().transform_cell(code).split('\n')
     return [l for l, m in zip(code.split('\n'), new) if l != m]
 
-def check_cells(cells:list) -> dict: # cell number -> problems (strings)
-    "What would make the script run differently from the notebook, by cell"
-    out, exported = {}, [c for c in cells if c.kind in ('px', 'rank')]
+def _flow(cells:list, given=()) -> tuple: # (problems by cell number, {name: (the kernel cell that pushed it or None, the first cell that reads it)})
+    "What `check_cells` finds, and the values the exported cells take from the kernel; `given`: names the script is given values for"
+    out, taken, exported, given = {}, {}, [c for c in cells if c.kind in ('px', 'rank')], set(given)
     def problem(c, s): out.setdefault(c.number, []).append(s)
     names = {}
     for c in exported:
@@ -244,22 +259,79 @@ def check_cells(cells:list) -> dict: # cell number -> problems (strings)
         except SyntaxError as e: problem(c, f"syntax error: {e}")
     carry = carried(cells)
     for k, defs in carry.items(): names[k] = cell_names('\n'.join(src for _, _, src in defs))
-    defined = set(PREDEFINED) | set(dir(builtins)) | set(EXTRA) | {'__file__', '__name__'} | {n for b, _ in names.values() for n in b}
+    defined = set(PREDEFINED) | set(dir(builtins)) | set(EXTRA) | {'__file__', '__name__'} | {n for b, _ in names.values() for n in b} | given
     stars = [star_names(m) for c in exported if c.number in names for m in star_imports(c.code)]
     defined |= set().union(*[s for s in stars if s is not None])
-    unknown = None in stars  # a star import whose names are not known: undefined names cannot be told
+    unknown = None in stars  # a star import whose names are not known: only the names the kernel pushed can be told undefined
     clusters, pushed_at = cluster_names(cells), {}  # name -> the kernel cell that pushed it last
     for c in cells:
         if c.kind == 'kernel':
             if any(re.match(r'\s*%(px|autopx)\b', l) for l in c.code.split('\n')): problem(c, "mixes %px lines with kernel code: put the %px lines in a %%px cell of their own")
-            for n in kernel_effects(c.code, clusters)[0] - {n for n, _, _ in carry.get(c.number, [])}: pushed_at[n] = c.number
+            for n in kernel_effects(c.code, clusters)[0] - {n for n, _, _ in carry.get(c.number, [])} - given: pushed_at[n] = c.number  # a given value is written where it was pushed
         if c.number not in names: continue
         bound, read = names[c.number]
-        for n in [] if unknown else sorted(read - defined):
-            problem(c, f"{'what it pushes ' if c.kind == 'kernel' else ''}reads `{n}`, which no exported cell defines" + (f" (the kernel pushed it in cell {pushed_at[n]}: compute it in a %%px cell)" if n in pushed_at else " (from the kernel, or a left-out cell?)"))
+        for n in sorted(read - defined):
+            if unknown and n not in pushed_at: continue
+            taken.setdefault(n, (pushed_at.get(n), c.number))
+            problem(c, f"{'what it pushes ' if c.kind == 'kernel' else ''}reads `{n}`, which no exported cell defines" + (f" (the kernel pushed it in cell {pushed_at[n]}: give its value, --set {n}=VALUE, or compute it in a %%px cell)" if n in pushed_at else " (from the kernel, or a left-out cell?)"))
         for n in sorted((read & set(pushed_at)) & defined):
-            problem(c, f"reads `{n}`, which the kernel pushed in cell {pushed_at[n]}: the notebook used the kernel's value, the script would not")
+            taken.setdefault(n, (pushed_at[n], c.number))
+            problem(c, f"reads `{n}`, which the kernel pushed in cell {pushed_at[n]}: the notebook used the kernel's value, the script would not (give it: --set {n}=VALUE)")
         for n in bound: pushed_at.pop(n, None)  # later cells read this cell's value, in the notebook too
+    return out, taken
+
+def check_cells(cells:list, # from `read_cells`
+                given=(), # names the script is given values for (`to_script(values=...)`)
+               ) -> dict: # cell number -> problems (strings)
+    "What would make the script run differently from the notebook, by cell"
+    return _flow(cells, given)[0]
+
+def kernel_values(cells:list, # from `read_cells`
+                 ) -> dict: # name -> (the kernel cell that pushed it, or None; the first exported cell that reads it)
+    "The values the exported cells take from the kernel (or from no cell at all): what `to_script(values=...)` can give the script"
+    return _flow(cells)[1]
+
+
+# %% ../nbs/02j_to_script.ipynb #b5d2f7a1
+VALUE_TYPES = (str, int, float, bool, type(None))  # what `values` may hold: literals written into the script
+
+def value_literal(name:str, # the name, for the message
+                  value, # a str, int, float, bool or None
+                 ) -> str: # Python source for the value
+    "`value` as a literal for the script, or a ValueError that says what can be given"
+    if type(value) not in VALUE_TYPES:
+        hint = f" (str({name}) if the kernel pushed a string)" if hasattr(value, '__fspath__') else ''
+        raise ValueError(f"{name}={value!r}: a value written into the script is a str, int, float, bool or None, not {type(value).__name__}{hint}; compute anything else in a %%px cell.")
+    if type(value) is float and not math.isfinite(value): return f"float('{value}')"
+    return repr(value)
+
+def parse_set(text:str, # NAME=VALUE
+             ) -> tuple: # (name, value)
+    "`--set NAME=VALUE`: VALUE read as a Python literal (3, 0.1, True, None, 'quoted'), else taken as the string it is"
+    name, eq, v = text.partition('=')
+    name = name.strip()
+    if not eq or not name.isidentifier():
+        raise ValueError(f"--set {text}: write NAME=VALUE, e.g. --set work=/scratch/run1 or --set lr=0.01")
+    try: value = ast.literal_eval(v)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError): return name, v
+    if type(value) not in VALUE_TYPES:
+        raise ValueError(f"--set {text}: a {type(value).__name__} is no value for the script: a str, int, float, bool or None (quote a string that reads as something else: --set {name}=\"'{v}'\")")
+    return name, value
+
+def _takes(taken:dict) -> str:
+    "The values a notebook takes from the kernel, for a message"
+    return ', '.join(f"`{n}` ({f'pushed in cell {k}' if k else 'defined by no cell'}, read in cell {r})" for n, (k, r) in sorted(taken.items()))
+
+def check_values(values:dict, # name -> value, for the script
+                 cells:list, # from `read_cells`
+                 name:str='the notebook', # for the message
+                ) -> dict: # name -> its literal
+    "The values given for the script, checked: names the notebook takes from the kernel, literals"
+    taken, out = kernel_values(cells), {}
+    for n, v in (values or {}).items():
+        if n not in taken:
+            raise ValueError(f"{name} takes no value `{n}` from the kernel: " + (f"it takes {_takes(taken)}." if taken else "its exported cells define every name they read."))
+        out[n] = value_literal(n, v)
     return out
 
 # %% ../nbs/02j_to_script.ipynb #3dac1682
@@ -282,10 +354,13 @@ def script_text(cells:list, # from `read_cells`
                 threads:int|None=None, # intra-op threads per rank; None: as a cluster gives them
                 timeout:float=600, # seconds for the group and each collective
                 problems:dict|None=None, # from `check_cells`: written as warnings at their cells
+                values:dict|None=None, # name -> a value the kernel pushed (`check_values`), assigned where it was pushed
                ) -> str:
     "The notebook's cells as a plain script for torchrun"
     from ddp_nb import __version__
-    problems, clusters, carry = problems or {}, cluster_names(cells), carried(cells)
+    problems, clusters, carry, values = problems or {}, cluster_names(cells), carried(cells), values or {}
+    pushed_by = {c.number: kernel_effects(c.code, clusters)[0] for c in cells if c.kind == 'kernel'}
+    unpushed = sorted(set(values) - set().union(*pushed_by.values()))
     used = set().union(*(cell_names(c.code)[1] for c in cells if c.kind in ('px', 'rank') and c.number not in problems))
     args = ', '.join([f"report={report!r}"] + ([f"threads={threads}"] if threads else []) + ([f"timeout={timeout:g}"] if timeout != 600 else []))
     out = [f"# Exported from {name} by `ddp_nb to-script` (ddp_nb {__version__}): its %%px and %%rank cells, in order.",
@@ -296,6 +371,9 @@ def script_text(cells:list, # from `read_cells`
            "import ddp_nb.batch  # (by its full name: a cell may well bind `begin`, `end` or `batch`)",
            f"globals().update(ddp_nb.batch.begin({args}))  # {', '.join(PREDEFINED)}: what a %%px cell has"]
     out += [imp for n, imp in EXTRA.items() if n in used]
+    if unpushed: out += ["# values given to the export (--set, values=) for names no cell of the notebook defines:"] + [f"{n} = {value_literal(n, values[n])}" for n in unpushed]
+    if any(c.gpus for c in cells if c.kind in ('px', 'rank')):
+        out.append("# Cells flagged `#| cuda` run where the ranks have GPUs, `#| multigpu` where they have two or more; elsewhere rank 0 says they were skipped.")
     for c in cells:
         head = f"\n# %% cell {c.number}"
         if c.kind == 'markdown':
@@ -305,22 +383,24 @@ def script_text(cells:list, # from `read_cells`
         if c.kind == 'kernel':
             pushed, calls, _ = kernel_effects(c.code, clusters)
             out.append(f"{head} (ran in the kernel, left out): {_first_line(c.source)}")
-            defs = carry.get(c.number, [])
-            if defs and not pushed - {n for n, _, _ in defs}: calls = [k for k in calls if not k.endswith('.push')]  # all it pushed follows
+            defs, given = carry.get(c.number, []), sorted(pushed & set(values))
+            if (defs or given) and not pushed - {n for n, _, _ in defs} - set(given): calls = [k for k in calls if not k.endswith('.push')]  # all it pushed follows
             if calls: out.append(f"#   it ran code on the ranks ({', '.join(calls)}), which the script does not")
             out += [f"# WARNING: {p}" for p in problems.get(c.number, [])]
             for n, at, src in defs:
                 out += [f"#   an import from cell {at} that what it pushed reads:" if src.startswith(('import ', 'from ')) and n not in pushed
                         else f"#   it pushed `{n}`, from cell {at}:", src]
+            if given: out += [f"#   it pushed {', '.join(f'`{n}`' for n in given)}: the value(s) given to the export (--set, values=)"] + [f"{n} = {value_literal(n, values[n])}" for n in given]
             continue
-        out.append(f"{head}: {c.magic}")
+        out.append(f"{head}: {c.magic}" + (f"  (flagged `#| {c.gpus}`)" if c.gpus else ''))
         if c.magic.startswith('%%px') and c.kind == 'rank': out.append("#   --targets names engine ids: taken as ranks (as on a fresh one-host cluster; %%rank takes ranks)")
         out += [f"# WARNING: {p}" for p in problems.get(c.number, [])]
         body = _body(c.code)
         if c.number in problems and any('IPython syntax' in p or 'syntax error' in p for p in problems[c.number]):
             out += [f"# {l}" for l in body.split('\n')]  # left as comments: it would not run
-        elif c.kind == 'rank': out.append(indented(body, rank_test(c.ranks)))
-        elif body.strip(): out.append(body)
+        elif body.strip() or c.kind == 'rank':
+            code = indented(body, rank_test(c.ranks)) if c.kind == 'rank' else body
+            out.append(indented(code, f"ddp_nb.batch.gpu_cell({c.gpus!r}, cell={c.number})") if c.gpus else code)
     out += ["\n# %% the end: the reports left are written, the process group is destroyed", "ddp_nb.batch.end()", ""]
     return '\n'.join(out)
 
@@ -361,25 +441,32 @@ def to_script(notebook, # the .ipynb
               report:str='stdout', # `report()`'s sinks in the script (`batch.parse_sinks`)
               threads:int|None=None, # intra-op threads per rank; None: as a cluster gives them
               timeout:float=600, # seconds for the group and each collective
+              values:dict|None=None, # name -> str/int/float/bool/None: values the kernel pushed, for the script (`check_values`)
               strict:bool=True, # fail on what would run differently; False: write it, with warnings at the cells
               slurm:bool=False, # also write an sbatch file (out with .sbatch)
               **slurm_kw, # for `sbatch_text`: nodes, gpus_per_node, procs_per_node, cpus_per_node, job_name, options, python, args
-             ) -> dict: # script, sbatch (or None), problems, cells (what each cell became)
+             ) -> dict: # script, sbatch (or None), problems, cells (what each cell became), gpu (cell -> flag), values (what it takes from the kernel)
     "Write the notebook's %%px and %%rank cells as a torchrun script (and an sbatch file)"
     from ddp_nb.batch import parse_sinks
     parse_sinks(report)  # a bad spec fails here, not in the job
     nb = Path(notebook)
     cells = read_cells(nb)
-    problems = check_cells(cells)
+    values = dict(values or {})
+    check_values(values, cells, nb.name)
+    problems, taken = check_cells(cells, given=values), kernel_values(cells)
     if problems and strict:
         lines = [f"  cell {n} ({_label(next(c for c in cells if c.number == n))}): {p}" for n, ps in sorted(problems.items()) for p in ps]
+        missing = {n: t for n, t in taken.items() if n not in values}
         raise ValueError(f"{nb.name} would run differently as a script:\n" + '\n'.join(lines) +
+                         (f"\nValues the script would lack: {_takes(missing)}. Give each a plain value with --set NAME=VALUE (values={{'NAME': value}}; "
+                          "a str, int, float, bool or None), or compute it in a %%px cell." if missing else '') +
                          f"\nFix these cells, tag them {SKIP_TAG}, or pass strict=False (--force) to write the script with warnings.")
     out = Path(out) if out else nb.with_suffix('.py')
-    out.write_text(script_text(cells, nb.name, report, threads, timeout, problems))
+    out.write_text(script_text(cells, nb.name, report, threads, timeout, problems, values))
     sb = None
     if slurm:
         sb = out.with_suffix('.sbatch')
         sb.write_text(sbatch_text(str(out), **slurm_kw))
     kinds = {k: [c.number for c in cells if c.kind == k] for k in ('px', 'rank', 'kernel', 'skip')}
-    return dict(script=str(out), sbatch=str(sb) if sb else None, problems=problems, cells=kinds)
+    gpu = {c.number: c.gpus for c in cells if c.gpus and c.kind in ('px', 'rank')}
+    return dict(script=str(out), sbatch=str(sb) if sb else None, problems=problems, cells=kinds, gpu=gpu, values={n: t[0] for n, t in taken.items()})

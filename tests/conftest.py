@@ -9,6 +9,7 @@ if 'IPYTHONDIR' not in os.environ or not os.environ['IPYTHONDIR'].startswith(tem
 
 
 def pytest_configure(config):
+    config.addinivalue_line('markers', 'slow: minutes long (benchmarks end to end, long soaks); `make test` leaves them out, `make test-slow` runs them')
     config.addinivalue_line('markers', 'gpu: needs a CUDA GPU; skipped without one (`make test-gpu` runs them: tools/test_gpu.sh)')
 
 from ddp_nb.processes import cluster_procs
@@ -24,6 +25,11 @@ def ours():
             if os.path.realpath(p.environ().get('IPYTHONDIR', '')) == d: out.append(p)
         except Exception: pass
     return out
+
+def described(p) -> str:
+    "'pid: command line' of a process, or 'pid: (ended)' when it ended while being looked at"
+    try: return f"{p.pid}: {' '.join(p.cmdline())[:80]}"
+    except Exception: return f"{p.pid}: (ended)"
 
 def gpu_marks():
     "(GPUs torch sees, pytestmark for a GPU test module: marked gpu, skipped where no CUDA GPU is visible)"
@@ -49,9 +55,9 @@ def no_leftovers():
     "Fail a test that leaves cluster processes behind; clean them up either way"
     assert ours() == [], "processes from an earlier test are still running"
     yield
-    left = ours()
+    left = [described(p) for p in ours()]   # (read before cleanup ends them)
     cleanup(everything=True, ipython_dir=os.environ["IPYTHONDIR"])
-    assert left == [], f"left behind: {[(p.pid, ' '.join(p.cmdline())[:80]) for p in left]}"
+    assert left == [], f"left behind: {left}"
 
 
 @pytest.fixture

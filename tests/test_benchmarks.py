@@ -1,11 +1,14 @@
 "The benchmarks run end to end in their reduced mode (numbers are not checked here: `python -m benchmarks` measures them)"
 import os, sys
+import pytest
 from conftest import ROOT, run, shown
 
 
+@pytest.mark.slow   # 6-10 minutes on 2 cores: `make test-slow`
+@pytest.mark.timeout(1200)
 def test_benchmarks_run(tmp_path, no_leftovers):
     out = tmp_path / 'results.md'
-    r = run([sys.executable, '-m', 'benchmarks', '--fast', '--out', str(out)], cwd=ROOT, timeout=900)
+    r = run([sys.executable, '-m', 'benchmarks', '--fast', '--out', str(out)], cwd=ROOT, timeout=1100)
     text = out.read_text()
     for section in ('1. Training throughput', '2. Warm cell', '3. Iteration with state', '4. Start-up',
                     '5. Monitoring overhead', '6. Memory', '7. GPU', '8. Cooperative interrupts',

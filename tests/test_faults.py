@@ -3,60 +3,9 @@ seconds, every rank released, recovery in one call, nothing left running. Measur
 import json, os, queue, re, signal, time
 import pytest
 from conftest import ROOT, ours
+from kernel import Kernel
 
 MEASURED = {}
-ANSI = re.compile(r'\x1b\[[0-9;]*m')
-
-
-class Kernel:
-    "A Jupyter kernel (as the notebook has) that runs cells and can be interrupted like the stop button does"
-    def __init__(self):
-        from jupyter_client.manager import start_new_kernel
-        env = {k: v for k, v in os.environ.items() if k != 'IPP_NONINTERACTIVE'}  # a notebook's kernel streams %%px output
-        self.km, self.kc = start_new_kernel(kernel_name='python3', cwd=str(ROOT), env=env)
-
-    def run(self, code, timeout=120, interrupt_after=None, at=None, interrupt_when=None):
-        """Run a cell; returns (seconds to idle from the start or from the interrupt, output text, error or None, stream
-        messages with their times). `at`: {seconds: callable} run while the cell runs. `interrupt_when`: (callable on the
-        output so far, seconds): interrupt that long after it first says True. `self.reply`: the cell's execute_reply"""
-        mid, t0 = self.kc.execute(code), time.monotonic()
-        out, msgs, err, t_int, todo, t_when = [], [], None, None, dict(at or {}), None
-        self.streams = []  # (seconds, 'stdout'|'stderr', text) of this cell
-        while True:
-            now = time.monotonic() - t0
-            for t in [t for t in todo if t <= now]: todo.pop(t)()
-            if interrupt_when is not None and t_when is None and interrupt_when[0](''.join(out)): t_when = now + interrupt_when[1]
-            if t_int is None and ((interrupt_after is not None and now > interrupt_after) or (t_when is not None and now > t_when)):
-                self.km.interrupt_kernel(); t_int = time.monotonic()
-            assert now < timeout, f"cell did not finish in {timeout}s: {''.join(out)[-2000:]}"
-            try: m = self.kc.get_iopub_msg(timeout=0.02)
-            except queue.Empty: continue
-            if m['parent_header'].get('msg_id') != mid: continue
-            kind, c = m['msg_type'], m['content']
-            if kind == 'stream':
-                out.append(c['text']); msgs.append((time.monotonic() - t0, c['text']))
-                self.streams.append((time.monotonic() - t0, c['name'], c['text']))
-            elif kind == 'error': err = f"{c['ename']}: {c['evalue']}"; out.append('\n'.join(c['traceback']))
-            elif kind in ('execute_result', 'display_data'): out.append(c['data'].get('text/plain', ''))
-            elif kind == 'status' and c['execution_state'] == 'idle': break
-        took = time.monotonic() - (t_int or t0)
-        self.reply = self.reply_to(mid)
-        return took, ANSI.sub('', ''.join(out)), err, msgs
-
-    def reply_to(self, mid, timeout=10):
-        "The execute_reply's content of the request `mid` (the shell channel keeps every reply, in order)"
-        while True:
-            m = self.kc.get_shell_msg(timeout=timeout)
-            if m['parent_header'].get('msg_id') == mid: return m['content']
-
-    def value(self, expr):
-        _, out, err, _ = self.run(f"print(repr({expr}))")
-        assert err is None, out
-        return eval(out.strip().splitlines()[-1])
-
-    def close(self):
-        try: self.run("cl.stop()", timeout=60)
-        finally: self.kc.stop_channels(); self.km.shutdown_kernel(now=True)
 
 
 @pytest.fixture(scope='module')
@@ -335,7 +284,7 @@ def test_rank_killed_while_idle_is_named(k):
         took, out, err, _ = k.run("%%px\nprint(rank)", timeout=30)
         MEASURED['rank killed while idle: the next cell names it (s)'] = round(took, 2)
         assert took < 5 and err and err.startswith('RankFailure'), out
-        assert f"rank 1 (host" in out and f"pid {pid1}) killed by SIGKILL" in out and 'while idle' in out, out
+        assert "rank 1 (host" in out and f"pid {pid1}) killed by SIGKILL" in out and 'while idle' in out, out
         assert 'cl.restart() replaces it' in out and 'KeyError' not in out, out
         took, out, err, _ = k.run("cl.view.execute('x = 1')")  # every way in says the same
         assert err and f"pid {pid1}) killed by SIGKILL" in out, out

@@ -1,9 +1,9 @@
 """Every line a rank prints in a `%%px` cell reaches the cell that printed it, labelled by its rank, in a real Jupyter
 kernel that streams output (no IPP_NONINTERACTIVE), also after a restart (engine ids no longer equal ranks); bare
 ipyparallel's `%%px` is the baseline. The counts go to build/px_output.json."""
-import json, os, queue, re, time
+import json, os, re, time
 from conftest import ROOT, ours
-from test_faults import Kernel, ANSI
+from kernel import Kernel, ANSI
 
 RUNS, LINES = 50, 5  # per phase: 50 runs x 2 ranks x 5 lines = 500 lines; ddp_nb has two phases (before/after a restart)
 LINE = re.compile(r'^(?:\[rank (\d+)\] )?.*?run (\d+) rank (\d+) line (\d+)$')
@@ -19,20 +19,13 @@ def cell(run):
 
 def shown(kern, code, timeout=120):
     "Run a cell; the text a frontend ends up showing: stream text, plus the last version of each display (by display id)"
-    mid, t0 = kern.kc.execute(code), time.monotonic()
     streams, displays, err = [], {}, None
-    while True:
-        assert time.monotonic() - t0 < timeout, 'cell did not finish'
-        try: m = kern.kc.get_iopub_msg(timeout=0.05)
-        except queue.Empty: continue
-        if m['parent_header'].get('msg_id') != mid: continue
-        kind, c = m['msg_type'], m['content']
+    for _, kind, c in kern.messages(code, timeout):
         if kind == 'stream': streams.append(c['text'])
         elif kind in ('display_data', 'update_display_data', 'execute_result'):
             key = c.get('transient', {}).get('display_id') or f'anon{len(displays)}'
             displays[key] = c['data'].get('text/plain', '')
         elif kind == 'error': err = c['ename']
-        elif kind == 'status' and c['execution_state'] == 'idle': break
     return ANSI.sub('', ''.join(streams) + '\n' + '\n'.join(displays.values())), err
 
 
@@ -93,7 +86,7 @@ def test_bare_ipyparallel_baseline():
         NUMBERS['bare ipyparallel %%px: first line of a cell, seconds (3 runs)'] = took
     finally:
         try: k.run("rc.shutdown(hub=True)\nc.stop_cluster_sync()", timeout=60)
-        finally: k.kc.stop_channels(); k.km.shutdown_kernel(now=True)
+        finally: k.close(stop=False)
     (ROOT / 'build').mkdir(exist_ok=True)
     (ROOT / 'build' / 'px_output.json').write_text(json.dumps(NUMBERS, indent=1))
     print(json.dumps(NUMBERS, indent=1))
@@ -141,19 +134,12 @@ class Frontend:
 
 def watch(kern, front, code, timeout=120):
     "Run a cell, applying its messages to `front`; (cell id, [(seconds, message type, content, text shown after it)], seconds to idle, error)"
-    mid, t0 = kern.kc.execute(code), time.monotonic()
-    frames, err = [], None
-    while True:
-        assert time.monotonic() - t0 < timeout, f'cell did not finish: {front.text(mid)[-2000:]}'
-        try: m = kern.kc.get_iopub_msg(timeout=0.02)
-        except queue.Empty: continue
-        if m['parent_header'].get('msg_id') != mid: continue
-        kind, c = m['msg_type'], m['content']
-        if kind == 'status' and c['execution_state'] == 'idle': break
+    frames, err, t0 = [], None, time.monotonic()
+    for t, kind, c in kern.messages(code, timeout):
         if kind == 'error': err = f"{c['ename']}: {c['evalue']}"
-        front.apply(mid, kind, c)
-        frames.append((time.monotonic() - t0, kind, c, front.text(mid)))
-    return mid, frames, time.monotonic() - t0, err
+        front.apply(kern.mid, kind, c)
+        frames.append((t, kind, c, front.text(kern.mid)))
+    return kern.mid, frames, time.monotonic() - t0, err
 
 
 def lines_of(text, rank):

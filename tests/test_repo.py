@@ -67,3 +67,27 @@ def test_private_reaches_only_in_compat():
     assert not found, "reach these through ddp_nb.compat_ipp / ddp_nb.compat_torch:\n" + '\n'.join(found)
     assert PRIVATE_REACHES.search((ROOT / 'ddp_nb' / 'compat_ipp.py').read_text())  # (the pattern finds them where they are)
     assert PRIVATE_REACHES.search((ROOT / 'ddp_nb' / 'compat_torch.py').read_text())
+
+
+CHECK_LINE = re.compile(r"\b(assert|assert_close|test_eq|test_ne|test_close|test_fail)\b")
+
+def _hidden(src:str) -> bool:
+    "A `#| hide` among the cell's leading directives (after a `%%px` line, where a cell magic must come first)"
+    for l in src.split('\n'):
+        s = l.replace(' ', '')
+        if l.startswith('%%'): continue
+        if not s.startswith('#|'): return False
+        if s == '#|hide': return True
+    return False
+
+def test_tutorials_show_no_walls_of_checks():
+    "A tutorial's visible cells teach: checks beyond a few per cell go in a `#| hide` cell after it (nbdev_test runs it, the docs do not show it)"
+    walls = []
+    for p in sorted([*(ROOT / 'nbs').glob('1*.ipynb'), *(ROOT / 'nbs').glob('2*.ipynb')]):
+        for i, c in enumerate(json.loads(p.read_text())['cells']):
+            src = ''.join(c['source'])
+            if c['cell_type'] != 'code' or _hidden(src): continue
+            n = sum(bool(CHECK_LINE.search(l)) for l in src.split('\n') if not l.strip().startswith('#'))
+            if n > 3: walls.append(f"{p.name} cell {i}: {n} assert/test_eq/assert_close lines")
+    assert not walls, "move the checks into a `#| hide` cell right after the cell they check:\n" + '\n'.join(walls)
+    assert _hidden('%%px\n#| hide\nassert x') and _hidden('#| hide\nassert x') and not _hidden('x = 1\n#| hide')

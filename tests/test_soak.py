@@ -5,14 +5,14 @@ every port the ranks listen on does not make `cl.check()` lie; after a restart t
 CI runs a few cycles of each (1.5 to 2.5 minutes on this busy 2-core machine). The soak of issue #23 (100 of each, ~50 minutes here):
     DDP_NB_SOAK_N=100 python -m pytest tests/test_soak.py -s --timeout 0
 Measured numbers are printed (-s)."""
-import json, os, queue, random, re, shutil, signal, socket, struct, tempfile, time
+import os, random, signal, socket, struct, time
 import psutil, pytest
-from conftest import ROOT, ours
+from conftest import ours
+from kernel import Kernel
 from ddp_nb.host import pid_alive
 
 SOAK = int(os.environ.get('DDP_NB_SOAK_N', 0))  # cycles of each test; 0: the small CI numbers below
 RSS_MB = 10, 0.3   # kernel memory a test's measured cycles may add: MB, plus MB a cycle (100 cycles measured: +16 MB start/stop, +13 MB restarts)
-ANSI = re.compile(r'\x1b\[[0-9;]*m')
 
 SETUP = r'''
 import gc, io, os, threading, time
@@ -41,50 +41,13 @@ def settled(before, limit=10):
 '''
 
 
-class Kernel:
-    "A Jupyter kernel, as a notebook has, that runs cells"
-    def __init__(self):
-        from jupyter_client.manager import KernelManager
-        env = {k: v for k, v in os.environ.items() if k != 'IPP_NONINTERACTIVE'}  # as a user's notebook runs
-        self.dir = tempfile.mkdtemp(prefix='ddp_nb-soak-')  # its sockets: files, no TCP port another process could take first
-        self.km = KernelManager(kernel_name='python3', transport='ipc', ip=os.path.join(self.dir, 'kernel'))
-        self.km.start_kernel(cwd=str(ROOT), env=env)
-        self.kc = self.km.client(); self.kc.start_channels(); self.kc.wait_for_ready(timeout=120)
-
-    def run(self, code: str, timeout: float = 300) -> str:
-        "Run a cell; its output (fails the test on an error)"
-        mid, t0, out, err = self.kc.execute(code), time.monotonic(), [], None
-        while True:
-            assert time.monotonic() - t0 < timeout, f"cell did not finish in {timeout}s: {code[:200]}\n{''.join(out)[-3000:]}"
-            try: m = self.kc.get_iopub_msg(timeout=0.1)
-            except queue.Empty: continue
-            if m['parent_header'].get('msg_id') != mid: continue
-            kind, c = m['msg_type'], m['content']
-            if kind == 'stream': out.append(c['text'])
-            elif kind == 'error': err = f"{c['ename']}: {c['evalue']}"; out.append('\n'.join(c['traceback']))
-            elif kind == 'execute_result': out.append(c['data'].get('text/plain', ''))
-            elif kind == 'status' and c['execution_state'] == 'idle': break
-        text = ANSI.sub('', ''.join(out))
-        assert err is None, f"{code[:300]}\n--- failed: {err}\n{text[-4000:]}"
-        return text
-
-    def value(self, expr: str, timeout: float = 300):
-        "The value of `expr` in the kernel (JSON-able)"
-        return json.loads(self.run(f"import json as _j; print('@@' + _j.dumps({expr}))", timeout).rsplit('@@', 1)[1])
-
-    def close(self):
-        try: self.kc.stop_channels(); self.km.shutdown_kernel(now=True)
-        finally: shutil.rmtree(self.dir, ignore_errors=True)
-
-
 @pytest.fixture(scope='module')
 def k():
     assert ours() == [], "processes from an earlier test are still running"
     kern = Kernel()
-    kern.run(SETUP)
+    kern.ok(SETUP)
     yield kern
-    try: kern.run("try: cl.stop()\nexcept NameError: pass", timeout=60)
-    finally: kern.close()
+    kern.close()
     deadline = time.monotonic() + 30
     while ours() and time.monotonic() < deadline: time.sleep(0.1)
     assert ours() == [], "processes left behind"
@@ -147,9 +110,9 @@ def attack(pids: list) -> list:
 @pytest.fixture
 def cl(k):
     "`cl` in the kernel: a started 2-rank cluster, stopped after the test whatever happened"
-    k.run("cl = DDPCluster(n=2).start()")
+    k.ok("cl = DDPCluster(n=2).start()")
     yield
-    k.run("cl.stop()", timeout=120)
+    k.ok("cl.stop()", timeout=120)
 
 
 def test_reforms_leave_one_store_and_check_tells_the_truth_after_garbage(k, cl):
@@ -157,11 +120,11 @@ def test_reforms_leave_one_store_and_check_tells_the_truth_after_garbage(k, cl):
     random.seed(23)
     pids = rank_pids(k)
     first_port = k.value("cl.master_port")
-    k.run("cl.reform()")  # warm-up: a group re-formed once (the first one used to stay, pinned)
+    k.ok("cl.reform()")  # warm-up: a group re-formed once (the first one used to stay, pinned)
     k0, r0, ports = k.value("counts()"), rank_counts(pids), [first_port, k.value("cl.master_port")]
     t0 = time.monotonic()
     for _ in range(n):
-        k.run("cl.reform()")
+        k.ok("cl.reform()")
         ports.append(k.value("cl.master_port"))
     took = time.monotonic() - t0
     k1, r1 = k.value(f"settled({k0})"), rank_counts(pids)
@@ -171,7 +134,7 @@ def test_reforms_leave_one_store_and_check_tells_the_truth_after_garbage(k, cl):
     old = set(ports[:-1]) & listening(pids[0])
     assert ports[-1] in listening(pids[0]) and not old, f"old rendezvous stores still listen on rank 0: {sorted(old)}"
     # garbage on every port the ranks listen on, right after the ranks' warm-up started (made slow: 9 s, a busy host's)
-    k.run("cl.view.execute('import time, ddp_nb.collectives as c; c._warm_up_quietly = lambda: time.sleep(9)'); cl._warm_records()")
+    k.ok("cl.view.execute('import time, ddp_nb.collectives as c; c._warm_up_quietly = lambda: time.sleep(9)'); cl._warm_records()")
     held = attack(pids)
     t = time.monotonic()
     assert k.value("cl.check()"), "cl.check() said False on a healthy group (ranks warming up, garbage on their ports)"
@@ -189,20 +152,20 @@ BOTH_AT = "wait_for(lambda: sorted((s.rank, s.step) for s in d.snapshot().curren
 
 def test_kill_and_restart_cycles_keep_every_rank_on_the_dashboard(k, cl):
     n = SOAK or 2
-    k.run("d = cl.dashboard(mode='text', out=io.StringIO()); n_procs = len(cluster_procs(cl.cluster_id))")
+    k.ok("d = cl.dashboard(mode='text', out=io.StringIO()); n_procs = len(cluster_procs(cl.cluster_id))")
     step = 0
     def cycle(again: bool):
         "Report, kill -9 rank 1, restart, report again (continuing the steps, or from 0): both ranks in the current run"
         nonlocal step
-        k.run(REPORT.format(a=step, b=step + 5)); step += 5
+        k.ok(REPORT.format(a=step, b=step + 5)); step += 5
         assert k.value(BOTH_AT.format(b1=step - 1)), k.value("[(s.rank, s.run, s.step) for s in d.snapshot().ranks.values()]")
         pid = rank_pids(k)[1]
         os.kill(pid, signal.SIGKILL)
         deadline = time.monotonic() + 10  # (restart replaces a rank whose engine is gone: a kill takes a moment)
         while pid_alive(pid) and time.monotonic() < deadline: time.sleep(0.01)
-        k.run("cl.restart()")
+        k.ok("cl.restart()")
         if again: step = 0  # training from the start: a new run for every rank
-        k.run(REPORT.format(a=step, b=step + 5)); step += 5
+        k.ok(REPORT.format(a=step, b=step + 5)); step += 5
         ok = k.value(BOTH_AT.format(b1=step - 1), timeout=120)
         snap = k.value("[(s.rank, s.run, s.step) for s in d.snapshot().ranks.values()]")
         assert ok, f"after cl.restart() the dashboard's current run lacks a live rank: (rank, run, step) {snap}"
@@ -233,12 +196,12 @@ assert not os.path.exists(engine_state_file(ipp)), 'the controller left its engi
 
 def test_start_stop_cycles_leave_the_kernel_as_it_was(k):
     n = SOAK or 2
-    if not k.value("'cl' in globals()"): k.run(CYCLE)  # warm-up: the kernel's first cluster imports and starts what lives as long as it
+    if not k.value("'cl' in globals()"): k.ok(CYCLE)  # warm-up: the kernel's first cluster imports and starts what lives as long as it
     k0 = k.value("counts()")
     t0 = time.monotonic()
     try:
-        for _ in range(n): k.run(CYCLE)
-    finally: k.run("cl.stop()", timeout=120)  # (a no-op once stopped)
+        for _ in range(n): k.ok(CYCLE)
+    finally: k.ok("cl.stop()", timeout=120)  # (a no-op once stopped)
     took = time.monotonic() - t0
     k1 = k.value(f"settled({k0})")
     print(f"\n{n} start/stop cycles in {took:.1f}s ({took / n:.1f}s each)")

@@ -1,26 +1,30 @@
 """From notebook to batch job (#28): a notebook's %%px cells, exported with `ddp_nb to-script`, give the notebook's
 weights bit for bit under torchrun and under Slurm (sbatch -> srun -> torchrun, with fake Slurm commands on PATH);
-report() writes the same numbers there; Horovod-style code (`from ddp_nb import horovod as hvd`) equals DDP."""
+report() writes the same numbers there; Horovod-style code (`from ddp_nb import horovod as hvd`) equals DDP. The
+tutorials that train (quickstart, accumulation/AMP, checkpoint/resume, FSDP), exported (with `--set` for the folder
+their kernel pushes), give their notebook run's weights bit for bit; cells flagged `#| cuda`/`#| multigpu` run on GPU
+ranks and are skipped, said once, on CPU ranks."""
 import json, os, re, stat, sys
 from pathlib import Path
 import pytest
 from conftest import ROOT, ours, run, shown
-from ddp_nb.to_script import check_cells, notebook_of, read_cells, to_script
+from ddp_nb.to_script import check_cells, kernel_values, notebook_of, read_cells, to_script
 
 START = "from ddp_nb import DDPCluster\ncl = DDPCluster(n=2).start()"
 
 
 def run_notebook(path, d):
-    "The notebook, run as nbdev_test runs notebooks (a kernel, %%px cells through ddp_nb's magics); RUN_AS=notebook"
-    r = run([str(Path(sys.executable).parent / 'nbdev_test'), '--path', str(path), '--n_workers', '1'], check=False, cwd=d,
+    """The notebook, run as nbdev_test runs notebooks (a kernel, %%px cells through ddp_nb's magics); RUN_AS=notebook.
+    From the repository, so that its settings.ini's test flags apply: cells flagged `#| cuda` or `#| multigpu` are skipped"""
+    r = run([str(Path(sys.executable).parent / 'nbdev_test'), '--path', str(path), '--n_workers', '1'], check=False, cwd=ROOT,
             timeout=300, env={**os.environ, 'RUN_AS': 'notebook'})
     assert r.returncode == 0, shown(r)
     assert ours() == [], "the notebook left cluster processes behind"
     return r
 
 
-def torchrun(script, d, **env):
-    return run([sys.executable, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node=2', str(script)], cwd=d,
+def torchrun(script, d, nproc=2, **env):
+    return run([sys.executable, '-m', 'torch.distributed.run', '--standalone', f'--nproc_per_node={nproc}', str(script)], cwd=d,
                timeout=300, env={**os.environ, 'RUN_AS': 'script', **env})
 
 
@@ -118,11 +122,10 @@ hvd.shutdown()
 
 
 
-def result_cell(d, name) -> str:
-    "A %%px cell that writes this rank's weight digest and `losses` to d/<RUN_AS>-<name>-<rank>.json (RUN_AS: who ran it)"
+def result_cell(d, name, what="dict(digest=param_digest(model), losses=globals().get('losses'))") -> str:
+    "A %%px cell that writes `what` (by default this rank's weight digest and `losses`) to d/<RUN_AS>-<name>-<rank>.json (RUN_AS: who ran it)"
     return ("%%px\nimport json, os, pathlib\nfrom ddp_nb.digits import param_digest\n"
-            f"pathlib.Path(r'{d}', f\"{{os.environ['RUN_AS']}}-{name}-{{rank}}.json\").write_text(\n"
-            "    json.dumps(dict(digest=param_digest(model), losses=globals().get('losses'))))")
+            f"pathlib.Path(r'{d}', f\"{{os.environ['RUN_AS']}}-{name}-{{rank}}.json\").write_text(json.dumps({what}))")
 
 
 def results(d, who, name) -> list:
@@ -211,12 +214,117 @@ def test_cli_writes_the_script_and_names_kernel_values(tmp_path, ddp_nb_bin):
     (tmp_path / 'bad.ipynb').write_text(json.dumps(notebook_of(START, "cl.push(lr=0.01)", "%%px\nopt = torch.optim.SGD([torch.zeros(1)], lr=lr)")))
     r = run([sys.executable, '-m', 'ddp_nb', 'to-script', 'bad.ipynb'], cwd=tmp_path, check=False)
     assert r.returncode == 1 and 'cell 3 (%%px: opt = torch.optim.SGD' in r.stderr and 'reads `lr`' in r.stderr, shown(r)
+    assert '`lr` (pushed in cell 2, read in cell 3). Give each a plain value with --set NAME=VALUE' in r.stderr, shown(r)
     assert not (tmp_path / 'bad.py').exists()
+    r = run([ddp_nb_bin, 'to-script', 'bad.ipynb', '--set', 'rl=0.01'], cwd=tmp_path, check=False)
+    assert r.returncode == 1 and 'takes no value `rl` from the kernel: it takes `lr` (pushed in cell 2' in r.stderr, shown(r)
+    run([ddp_nb_bin, 'to-script', 'bad.ipynb', '--set', 'lr=0.01'], cwd=tmp_path)
+    assert "\nlr = 0.01\n" in (tmp_path / 'bad.py').read_text()
 
 
-@pytest.mark.parametrize('name,kernel_values', [('13_accumulation_amp', set()), ('16_checkpoint_resume', {'work'}), ('22_fsdp', {'work'})])
-def test_training_tutorials_export_or_name_what_they_take_from_the_kernel(name, kernel_values):
-    "The tutorials that train: accumulation/AMP exports as it is; checkpoint/resume and FSDP read `work`, a folder the kernel pushed, and are told so"
+@pytest.mark.parametrize('name,taken', [('13_accumulation_amp', set()), ('16_checkpoint_resume', {'work'}), ('22_fsdp', {'work'})])
+def test_training_tutorials_export_or_name_what_they_take_from_the_kernel(name, taken):
+    "The tutorials that train: accumulation/AMP exports as it is; checkpoint/resume and FSDP read `work`, a folder the kernel pushed, and are told so; given it, nothing would run differently"
     cells = read_cells(ROOT / 'nbs' / f'{name}.ipynb')
     named = {m for ps in check_cells(cells).values() for p in ps for m in re.findall(r"reads `(\w+)`, which no exported cell defines \(the kernel pushed it", p)}
-    assert named == kernel_values, check_cells(cells)
+    assert named == taken == set(kernel_values(cells)), check_cells(cells)
+    assert check_cells(cells, given=taken) == {}
+
+
+# ---- the tutorials that train: the notebook run (nbdev_test) against its export under torchrun, bit for bit
+
+def tutorial(name, d, what) -> Path:
+    "The tutorial, with a result cell that writes `what` on every rank just before its last cell (which stops the cluster), saved in d"
+    nb = json.loads((ROOT / 'nbs' / f'{name}.ipynb').read_text())
+    assert 'cl.stop()' in ''.join(nb['cells'][-1]['source']), "the tutorial's last cell should stop the cluster"
+    nb['cells'].insert(len(nb['cells']) - 1, notebook_of(result_cell(d, name, what))['cells'][0])
+    (d / f'{name}.ipynb').write_text(json.dumps(nb))
+    return d / f'{name}.ipynb'
+
+
+def notebook_and_script(name, d, what, ddp_nb_bin, *args) -> tuple:
+    "The tutorial run as a notebook, then exported with `ddp_nb to-script ... args` and run under torchrun (2 CPU ranks): (notebook's results, script's results, torchrun's stdout)"
+    path = tutorial(name, d, what)
+    run_notebook(path, d)
+    r = run([ddp_nb_bin, 'to-script', str(path), '-o', 'train.py', *args], cwd=d)
+    r = torchrun(d / 'train.py', d, DDP_NB_REPORT='none')
+    return results(d, 'notebook', name), results(d, 'script', name), r.stdout
+
+
+def test_accumulation_amp_tutorial_as_a_script_is_bit_identical(tmp_path, ddp_nb_bin):
+    """13_accumulation_amp, all its %%px cells: the weights of the model trained with accum=4 (each rank's digest), that
+    fit's losses, and the per-epoch losses of every train() run (fp32, bf16 autocast, fp16/bf16/PowerSGD compression):
+    the notebook's and the script's, equal bit for bit. Its `#| cuda` cell (fp16 + GradScaler) is skipped in both here:
+    by nbdev_test's flags in the notebook, by `ddp_nb.batch.gpu_cell` in the script, which says so once."""
+    nbr, scr, out = notebook_and_script('13_accumulation_amp', tmp_path, "dict(model=param_digest(model), fit=r, fp32=fp32, bf16=bf16, compressed=compressed)", ddp_nb_bin)
+    assert nbr == scr, (nbr, scr)
+    assert nbr[0] == nbr[1] and nbr[0]['fit']['step'] == 12 and len(nbr[0]['compressed']) == 4   # DDP: every rank the same
+    assert out.count('cell 19 (#| cuda) skipped: the ranks have no GPU (device cpu)') == 1, out
+
+
+@pytest.mark.slow
+def test_checkpoint_resume_tutorial_as_a_script_is_bit_identical(tmp_path, ddp_nb_bin):
+    """16_checkpoint_resume kills its ranks on purpose, so its flow is no script: what exports is its one %%px cell,
+    `resumed = run(work + '/crashed')`, with the `run` and `slow_loss` the kernel pushed (carried into the script) and
+    `work` given with --set. In the notebook that call resumed from the checkpoint the killed run left; in the script,
+    with an empty folder, it trains all 72 steps uninterrupted. Compared: each rank's weight digest, the per-epoch
+    losses and the step count, equal bit for bit (the notebook itself asserts that its resumed run equals its
+    uninterrupted reference, so this checks the script against both)."""
+    (tmp_path / 'work').mkdir()
+    nbr, scr, _ = notebook_and_script('16_checkpoint_resume', tmp_path, "resumed", ddp_nb_bin, '--set', f"work={tmp_path / 'work'}")
+    assert all(x['resumed_from'] >= 20 for x in nbr) and all(x['resumed_from'] is None for x in scr), (nbr, scr)
+    for x in nbr + scr: del x['resumed_from']
+    assert nbr == scr and nbr[0] == nbr[1] and nbr[0]['step'] == 72, (nbr, scr)
+    assert (tmp_path / 'work' / 'crashed').is_dir()   # the script's checkpoints went where --set said
+
+
+@pytest.mark.slow
+def test_fsdp_tutorial_as_a_script_is_bit_identical(tmp_path, ddp_nb_bin):
+    """22_fsdp, all its %%px cells, `work` given with --set (a fresh folder: the notebook's was fresh too). Compared, per
+    rank: the digest of the rank's own shards of the model trained 3 then 4 epochs (through a sharded checkpoint), of
+    the model of the sharded save/resume section and of the one loaded from a DDP checkpoint; those runs' losses and
+    steps; the test accuracies. Equal bit for bit between notebook and script; the shards differ between ranks."""
+    (tmp_path / 'work').mkdir()
+    what = ("dict(model=param_digest(model), m=param_digest(m), m2=param_digest(m2), r=r, r4=r4, r5=r5, acc=acc, "
+            "acc_sharded=acc_sharded, from_ddp=from_ddp, identical=identical, same=same)")
+    nbr, scr, _ = notebook_and_script('22_fsdp', tmp_path, what, ddp_nb_bin, '--set', f"work={tmp_path / 'work'}")
+    assert nbr == scr, (nbr, scr)
+    assert nbr[0]['model'] != nbr[1]['model'] and nbr[0]['r'] == nbr[1]['r'] and nbr[0]['identical'] and nbr[0]['same']
+
+
+# ---- cells flagged for GPUs
+
+GPU_NB = [START,
+          "%%px\nx = 1",
+          "%%px\n#| cuda\nt = torch.ones(1, device=device); dist.all_reduce(t)\nx = int(t.item())\nprint(f'cuda cell ran on rank {rank} ({device})')",
+          "%%rank 0\n#| multigpu\nprint(f'multigpu cell ran on {world_size} GPU ranks')",
+          "%%px\nprint(f'after them: x = {x} on rank {rank}')"]
+
+
+def gpu_notebook_script(d, nproc, **env) -> str:
+    "GPU_NB exported and run under torchrun: its stdout"
+    (d / 'gpu.ipynb').write_text(json.dumps(notebook_of(*GPU_NB)))
+    res = to_script(d / 'gpu.ipynb')
+    assert res['gpu'] == {3: 'cuda', 4: 'multigpu'} and res['cells']['px'] == [2, 3, 5]
+    return torchrun(res['script'], d, nproc=nproc, DDP_NB_REPORT='none', **env).stdout
+
+
+def test_gpu_flagged_cells_are_skipped_on_cpu_ranks(tmp_path):
+    "`#| cuda` and `#| multigpu` cells (nbdev's flags), exported and run on 2 CPU ranks: skipped, rank 0 says so once each, the cells after them run"
+    out = gpu_notebook_script(tmp_path, 2, CUDA_VISIBLE_DEVICES='')
+    assert out.count('cell 3 (#| cuda) skipped: the ranks have no GPU (device cpu)') == 1, out
+    assert out.count('cell 4 (#| multigpu) skipped: the ranks have no GPU (device cpu)') == 1, out
+    assert 'cell ran' not in out and [out.count(f'after them: x = 1 on rank {r}') for r in (0, 1)] == [1, 1], out
+
+
+@pytest.mark.gpu
+def test_gpu_flagged_cells_run_on_gpu_ranks(tmp_path):
+    "The same script on GPU ranks (one per GPU, two at most): the `#| cuda` cell runs on every rank; `#| multigpu` where there are two"
+    import torch
+    n = min(torch.cuda.device_count(), 2)
+    if n == 0: pytest.skip("no CUDA GPU visible: run the GPU suite on a GPU machine with `make test-gpu`")
+    out = gpu_notebook_script(tmp_path, n)
+    assert [out.count(f'cuda cell ran on rank {r} (cuda:{r})') for r in range(n)] == [1] * n, out
+    assert [out.count(f'after them: x = {n} on rank {r}') for r in range(n)] == [1] * n, out
+    assert out.count(f'multigpu cell ran on {n} GPU ranks') == (n == 2), out
+    assert ('cell 4 (#| multigpu) skipped: it needs two or more GPU ranks, this world has 1' in out) == (n == 1), out

@@ -1,11 +1,42 @@
 """Write README.md from nbs/index.ipynb (Quarto, which nbdev_readme needs, cannot be installed here).
 
 Markdown cells are copied, code cells become ```python blocks, `#| hide` cells are dropped, directives stripped.
+Two markers are filled from their sources: `<!-- generated: benchmarks -->` (the sections of benchmarks/results.md)
+and `<!-- generated: layout -->` (one row per library notebook: its module and the summary under its title).
 `python tools/make_readme.py --check` exits 1 when README.md is out of date."""
-import json, sys
+import json, re, sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def anchor(title: str) -> str:
+    "GitHub's anchor for a markdown heading"
+    return re.sub(r'[^\w\- ]', '', title.strip().lower()).replace(' ', '-')
+
+
+def benchmarks(path=ROOT/'benchmarks'/'results.md') -> str:
+    "The results file's machine and command lines, and a link to each of its sections"
+    text = Path(path).read_text()
+    head = [l.rstrip() for l in text.split('\n### ')[0].splitlines() if l.startswith(('Machine:', 'Command:'))]
+    secs = re.findall(r'^### (.+)$', text, re.M)
+    head = [h.split(' Only ratios')[0].rstrip() for h in head]  # (the notes after it stay in the results file)
+    return '\n'.join(['> ' + '\\\n> '.join(head), ''] +
+                      [f"- [{t}](benchmarks/results.md#{anchor(t)})" for t in secs])
+
+
+def layout(nbs=ROOT/'nbs') -> str:
+    "A table of the library's notebooks: notebook, module, and the summary line under the notebook's title"
+    rows = ['| notebook | module | what it holds |', '|---|---|---|']
+    for p in sorted(nbs.glob('0*.ipynb')):
+        cells = json.loads(p.read_text())['cells']
+        mod = next((m.group(1) for c in cells for m in [re.search(r'^#\|\s*default_exp\s+(\S+)', ''.join(c['source']), re.M)] if m), None)
+        if mod is None: continue
+        summary = next((l[1:].strip() for c in cells if c['cell_type'] == 'markdown' for l in ''.join(c['source']).splitlines() if l.startswith('>')), '')
+        rows.append(f"| [{p.stem}](nbs/{p.name}) | `ddp_nb.{mod}` | {summary} |")
+    return '\n'.join(rows)
+
+GENERATED = {'<!-- generated: benchmarks -->': benchmarks, '<!-- generated: layout -->': layout}
 
 def render(nb_path=ROOT/'nbs'/'index.ipynb') -> str:
     "README text for the notebook at `nb_path`"
@@ -16,6 +47,8 @@ def render(nb_path=ROOT/'nbs'/'index.ipynb') -> str:
         if any(l.strip().replace(' ', '') in ('#|hide', '#|hide_input') for l in lines): continue
         body = '\n'.join(l for l in lines if not l.lstrip().startswith('#|')).strip('\n')
         if not body.strip(): continue
+        if c['cell_type'] == 'markdown':
+            for mark, make in GENERATED.items(): body = body.replace(mark, make())
         out.append(body if c['cell_type'] == 'markdown' else f"```python\n{body}\n```")
     return '\n\n'.join(out) + '\n'
 

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # The test command (`make test`): sync checks, every notebook, then tests/. Each phase is timed and time-limited.
+# `make test-slow` (tools/test.sh --slow): only the tests marked slow (the benchmarks end to end, long soaks).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export IPYTHONDIR="$(mktemp -d -t ddp_nb-ipython-XXXXXX)"   # private: our clusters are found (and cleaned) by it
@@ -24,9 +25,13 @@ in_sync() {  # nbdev_export / nbdev_clean / README must leave the tree as commit
     [ -z "$dirty" ] || { echo "Not in sync with nbs/ (run nbdev_export, nbdev_clean, python tools/make_readme.py and commit):"; echo "$dirty"; git diff --stat; return 1; }
   else echo "(not a git checkout: sync not checked)"; fi
 }
-phase "nbdev_export, nbdev_clean and README change nothing" 300 bash -c "$(declare -f in_sync); in_sync"
-phase "nbdev_test (all notebooks, one at a time)" 1500 nbdev_test --n_workers 1 --timing
-phase "pytest tests/" 1800 python -m pytest tests -v -p no:cacheprovider --timeout 300 -ra
+if [ "${1:-}" = --slow ]; then
+  phase "pytest tests/ (marked slow)" 3600 python -m pytest tests -v -p no:cacheprovider --timeout 1200 -ra -m slow --durations=0
+else
+  phase "nbdev_export, nbdev_clean and README change nothing" 300 bash -c "$(declare -f in_sync); in_sync"
+  phase "nbdev_test (all notebooks, one at a time)" 1500 nbdev_test --n_workers 1 --timing
+  phase "pytest tests/" 1800 python -m pytest tests -v -p no:cacheprovider --timeout 300 -ra -m "not slow" --durations=25
+fi
 ls build/browser/dashboard-*.png >/dev/null 2>&1 && echo "browser test screenshots of the dashboard: $(ls $PWD/build/browser/dashboard-*.png | tr "\n" " ")"
 left=$(python -c "import sys; from ddp_nb.cli import clusters; print(sum(c['procs'] for c in clusters(sys.argv[1])))" "$IPYTHONDIR")
 echo "ddp_nb cluster processes the tests left running (their IPYTHONDIR): $left"

@@ -1,0 +1,72 @@
+"""A silent hang in a real Jupyter kernel, driven like a user does: rank 1 sleeps, rank 0 waits in a barrier, nobody
+calls report(). The watchdog names it within 15 s of the cell's start — in a fresh cluster and after a cell that
+reported every 0.1 s alike — with what each rank is really doing, and the error at the group's timeout agrees.
+Measured times go to build/hangs.json."""
+import json, re, time
+import pytest
+from conftest import ROOT, ours
+from kernel import Kernel
+
+MEASURED = {}
+HANG = "%%px\nimport time\nif rank == 1: time.sleep(1000)\ndist.barrier()"  # cell line 2: rank 1 sleeps; cell line 3: the barrier
+NOTICE = '[ddp_nb watchdog]'
+
+
+@pytest.fixture(scope='module')
+def k():
+    assert ours() == []
+    kern = Kernel()
+    _, out, err, _ = kern.run("from ddp_nb import DDPCluster\ncl = DDPCluster(n=2, timeout=25).start()\n"
+                              "cl.run(lambda: None)")  # the ranks are free: a start readies their records first
+    assert err is None, out
+    yield kern
+    kern.close()
+    time.sleep(1)
+    assert ours() == [], "processes left behind"
+    (ROOT / 'build').mkdir(exist_ok=True)
+    (ROOT / 'build' / 'hangs.json').write_text(json.dumps(MEASURED, indent=1))
+    print(json.dumps(MEASURED, indent=1))
+
+
+def notice_time(msgs):
+    "Seconds from the cell's start to the watchdog's first line, or None"
+    seen = [t for t, text in msgs if NOTICE in text]
+    return seen[0] if seen else None
+
+
+def check_notice(out, t):
+    "Within 15 s, naming rank 1 in time.sleep at the cell's line 2 (outside any collective) and rank 0 in the barrier, for rank 1"
+    report = out[out.index(NOTICE):] if NOTICE in out else out
+    assert t is not None and t < 15, f"notice at {t}s: {out[-3000:]}"
+    assert 'Stuck: rank 1 (host' in report, report
+    assert 'Rank 1 is in time.sleep at cell line 2, outside any collective' in report, report
+    assert re.search(r'rank 0 waits in barrier #\d+ at cell line 3 for rank 1\.', report), report
+    assert 'ddp_nb/' not in report.split('\n')[1], "the verdict cites the user's lines, never ddp_nb's frames"
+
+
+def test_silent_hang_in_a_fresh_cluster(k):
+    "No report ever: named within 15 s (was 30 s); the cell ends at the group's timeout (25 s here, 60 s by default) with an error that says rank 1 slept"
+    took, out, err, msgs = k.run(HANG, timeout=150)
+    t = notice_time(msgs)
+    MEASURED['silent hang, fresh cluster: watchdog notice after the cell start (s)'] = t and round(t, 2)
+    MEASURED['silent hang, fresh cluster: cell ended by the group timeout after (s)'] = round(took, 2)
+    check_notice(out, t)
+    assert err and err.startswith('RankFailure'), out
+    final = out[out.rindex('rank 0 (host'):]  # the summary, after rank 0's traceback
+    assert 'Timed out' in final.splitlines()[0], final
+    assert 'rank 1: was still running 2s after, outside any collective (in time.sleep at cell line 2)' in final, final
+    assert 'waiting for rank 0' not in out and 'waiting in' not in final.splitlines()[1], final  # rank 1 never was in a collective
+    _, out, err, _ = k.run("cl.restart()\ncl.run(lambda: None)\nassert cl.check()")
+    assert err is None, out
+
+
+def test_silent_hang_after_a_reporting_cell_has_the_same_deadline(k):
+    "A cell that reported every 0.1 s before changes nothing: the silent cell after it is named after the same 10 s"
+    _, out, err, _ = k.run("%%px\nimport time\nfor i in range(30): report(i, loss=1.0); time.sleep(0.1)")
+    assert err is None, out
+    took, out, err, msgs = k.run(HANG, timeout=120, interrupt_after=18)
+    t = notice_time(msgs)
+    MEASURED['silent hang after a cell that reported every 0.1 s: watchdog notice after the cell start (s)'] = t and round(t, 2)
+    check_notice(out, t)
+    assert err is None and k.reply['ename'] == 'Interrupted', out  # the way out it offered: the stop button (one line, no error output)
+    assert k.value("cl.check()")
