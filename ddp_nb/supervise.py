@@ -723,14 +723,12 @@ def interrupted(self:Supervisor, ar, # the task `cl.interrupt()` stopped
     "Note that `ar` was interrupted: its `get()` raises `Interrupted` with `said` (a blocking cell raises it at once)"
     if ar is not None and getattr(ar, '_ddp_watch', None) is not None: ar._ddp_watch.interrupted = (said, calm)
 
-def _who(ranks:list) -> str: return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {rank_ranges(ranks)}"
-
 def _by_rank(parts:dict, # rank -> what it did
             ) -> str:
     "'rank 0 did this; ranks 1, 2 did that': ranks that did the same share a clause, in rank order"
     groups = {}
     for r in sorted(parts): groups.setdefault(parts[r], []).append(r)
-    return '; '.join(f"{_who(rs)} {what}" for what, rs in groups.items())
+    return '; '.join(f"{_who(rs, len(parts))} {what}" for what, rs in groups.items())  # (`_who`: the watchdog's)
 
 def stop_line(states:dict, # rank -> (state, error) of the interrupted task (`RankSet.states`)
              ) -> str|None: # None unless every rank stopped cooperatively
