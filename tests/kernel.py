@@ -80,3 +80,21 @@ class Kernel:
         finally:
             self.kc.stop_channels(); self.km.shutdown_kernel(now=True)
             shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def cluster_kernel(setup: str, measured: dict, name: str):
+    """A fixture's body: a kernel that ran `setup` (which starts the notebook's cluster `cl`), yielded; then stopped,
+    no cluster process left, and `measured` written to build/<name>.json and printed"""
+    from conftest import ours
+    assert ours() == [], "processes from an earlier test are still running"
+    kern = Kernel()
+    _, out, err, _ = kern.run(setup)
+    assert err is None, out
+    yield kern
+    kern.close()
+    deadline = time.monotonic() + 30
+    while ours() and time.monotonic() < deadline: time.sleep(0.1)
+    assert ours() == [], "processes left behind"
+    (ROOT / 'build').mkdir(exist_ok=True)
+    (ROOT / 'build' / f'{name}.json').write_text(json.dumps(measured, indent=1))
+    print(json.dumps(measured, indent=1))

@@ -1,28 +1,18 @@
 """Faults in a real Jupyter kernel, driven like a user does (cells, the stop button): every failure named within
 seconds, every rank released, recovery in one call, nothing left running. Measured times go to build/faults.json."""
-import json, os, queue, re, signal, time
+import os, queue, re, signal, time
 import pytest
-from conftest import ROOT, ours
-from kernel import Kernel
+from conftest import ours
+from kernel import Kernel, cluster_kernel
 
 MEASURED = {}
 
 
 @pytest.fixture(scope='module')
 def k():
-    assert ours() == []
-    kern = Kernel()
-    _, out, err, _ = kern.run("from ddp_nb import DDPCluster\nfrom ddp_nb.processes import cluster_procs\n"
+    yield from cluster_kernel("from ddp_nb import DDPCluster\nfrom ddp_nb.processes import cluster_procs\n"
                               "cl = DDPCluster(n=2).start()\nn_procs = len(cluster_procs(cl.cluster_id))\n"
-                              "cl.run(lambda: None)")  # the ranks are free: a start readies their records first (~1 s, more on a busy machine)
-    assert err is None, out
-    yield kern
-    kern.close()
-    time.sleep(1)
-    assert ours() == [], "processes left behind"
-    (ROOT / 'build').mkdir(exist_ok=True)
-    (ROOT / 'build' / 'faults.json').write_text(json.dumps(MEASURED, indent=1))
-    print(json.dumps(MEASURED, indent=1))
+                              "cl.run(lambda: None)", MEASURED, 'faults')  # the ranks are free: a start readies their records first (~1 s, more on a busy machine)
 
 
 STOPPED_AT_STEP = r'stopped at step (\d+)/(\d+) on every rank — re-run the cell to continue'  # fit's cooperative stop: its one line

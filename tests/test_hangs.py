@@ -2,10 +2,9 @@
 calls report(). The watchdog names it within 15 s of the cell's start — in a fresh cluster and after a cell that
 reported every 0.1 s alike — with what each rank is really doing, and the error at the group's timeout agrees.
 Measured times go to build/hangs.json."""
-import json, re, time
+import re
 import pytest
-from conftest import ROOT, ours
-from kernel import Kernel
+from kernel import cluster_kernel
 
 MEASURED = {}
 HANG = "%%px\nimport time\nif rank == 1: time.sleep(1000)\ndist.barrier()"  # cell line 2: rank 1 sleeps; cell line 3: the barrier
@@ -14,18 +13,8 @@ NOTICE = '[ddp_nb watchdog]'
 
 @pytest.fixture(scope='module')
 def k():
-    assert ours() == []
-    kern = Kernel()
-    _, out, err, _ = kern.run("from ddp_nb import DDPCluster\ncl = DDPCluster(n=2, timeout=25).start()\n"
-                              "cl.run(lambda: None)")  # the ranks are free: a start readies their records first
-    assert err is None, out
-    yield kern
-    kern.close()
-    time.sleep(1)
-    assert ours() == [], "processes left behind"
-    (ROOT / 'build').mkdir(exist_ok=True)
-    (ROOT / 'build' / 'hangs.json').write_text(json.dumps(MEASURED, indent=1))
-    print(json.dumps(MEASURED, indent=1))
+    yield from cluster_kernel("from ddp_nb import DDPCluster\ncl = DDPCluster(n=2, timeout=25).start()\n"
+                              "cl.run(lambda: None)", MEASURED, 'hangs')  # the ranks are free: a start readies their records first
 
 
 def notice_time(msgs):
