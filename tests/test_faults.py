@@ -239,12 +239,18 @@ def test_noblock_one_rank_raises_others_released_within_5s(k, how):
     restart_and_check(k)
 
 
-def test_noblock_stopped_rank_named_within_the_watchdog_deadline(k):
-    "A SIGSTOPped rank under a non-blocking task is named as a blocking cell's watchdog does (default hang_after)"
+def stop_rank_1_under_noblock(k, flags: str = '') -> tuple:
+    "An all-reduce loop under `%%px --noblock{flags}`, and rank 1 SIGSTOPped a second later: (its pid, when)"
     pid1 = k.value("cl.ranks[1].pid")
-    _, out, err, _ = k.run("%%px --noblock\nimport time\nfor i in range(10**7):\n    t = torch.ones(1); dist.all_reduce(t); time.sleep(0.01)")
+    _, out, err, _ = k.run(f"%%px --noblock{flags}\nimport time\nfor i in range(10**7):\n    t = torch.ones(1); dist.all_reduce(t); time.sleep(0.01)")
     assert err is None, out
     time.sleep(1); t_stop = time.monotonic(); os.kill(pid1, signal.SIGSTOP)
+    return pid1, t_stop
+
+
+def test_noblock_stopped_rank_named_within_the_watchdog_deadline(k):
+    "A SIGSTOPped rank under a non-blocking task is named as a blocking cell's watchdog does (default hang_after)"
+    pid1, t_stop = stop_rank_1_under_noblock(k)
     try: took, out = wait_for_notice(k, t_stop, says='[ddp_nb watchdog]', limit=8)
     finally: os.kill(pid1, signal.SIGCONT)
     MEASURED['noblock, rank stopped (SIGSTOP): watchdog names it after the stop (s), default hang_after'] = took and round(took, 2)
@@ -302,10 +308,7 @@ def test_noblock_result_raises_the_blocking_cells_error(k):
 
 def test_noblock_result_of_an_interrupted_stopped_rank(k):
     "A SIGSTOPped rank under --noblock, then cl.interrupt(): the result's error is the blocking cell's Interrupted, naming the stopped rank; no engine ids"
-    pid1 = k.value("cl.ranks[1].pid")
-    _, out, err, _ = k.run("%%px --noblock -o ar\nimport time\nfor i in range(10**7):\n    t = torch.ones(1); dist.all_reduce(t); time.sleep(0.01)")
-    assert err is None, out
-    time.sleep(1); t_stop = time.monotonic(); os.kill(pid1, signal.SIGSTOP)
+    pid1, t_stop = stop_rank_1_under_noblock(k, ' -o ar')
     try:
         took, out = wait_for_notice(k, t_stop, says='[ddp_nb watchdog]', limit=8)
         assert took is not None, out

@@ -142,6 +142,11 @@ def watch(kern, front, code, timeout=120):
     return kern.mid, frames, time.monotonic() - t0, err
 
 
+def seen_live(frames, took, steps, shows, margin=0.3) -> set:
+    "The steps whose frame `shows(step, text shown)` while the cell still ran (`margin` s before its end)"
+    return {i for t, _, _, shown in frames for i in steps if shows(i, shown) and t < took - margin}
+
+
 def lines_of(text, rank):
     return [l for l in text.splitlines() if l.startswith(f'[rank {rank}]')]
 
@@ -188,7 +193,7 @@ def test_display_updates_in_place(kl):
     for r in (0, 1):
         assert text.count(f'rank {r} step 7') == 1 and f'rank {r} fixed 1' in text and f'rank {r} fixed 0' not in text, text
         assert not any(f'rank {r} step {i}' in text for i in range(7)), text
-        seen = {i for t, _, _, shown in frames for i in range(1, 7) if f"rank {r} step {i}'" in shown and t < took - 0.3}
+        seen = seen_live(frames, took, range(1, 7), lambda i, shown: f"rank {r} step {i}'" in shown)
         assert len(seen) >= 3, (r, seen)  # intermediate frames arrived while the cell ran
     LIVE['display updates: frames of rank 0 seen while running (of 6)'] = len(seen)
     mid2, _, _, err = watch(k, front, "%%px\nupdate_display(f'rank {rank} fixed 2', display_id='fixed')")
@@ -205,7 +210,7 @@ def test_clear_output_redraws_each_rank(kl):
     assert err is None, text
     for r in (0, 1):
         assert lines_of(text, r) == [f'[rank {r}] rank {r} frame 7'], text
-        seen = {i for t, _, _, shown in frames for i in range(7) if f'rank {r} frame {i}' in shown and t < took - 0.2}
+        seen = seen_live(frames, took, range(7), lambda i, shown: f'rank {r} frame {i}' in shown, margin=0.2)
         assert len(seen) >= 3, (r, seen)
 
 
@@ -219,7 +224,7 @@ def test_carriage_return_progress_in_place(kl):
     assert err is None, text
     for r in (0, 1):
         assert lines_of(text, r) == [f'[rank {r}] rank {r} 15/15', f'[rank {r}] rank {r} done'], text
-        seen = {i for t, _, _, shown in frames for i in range(15) if f'rank {r} {i}/15\n' in shown and t < took - 0.3}
+        seen = seen_live(frames, took, range(15), lambda i, shown: f'rank {r} {i}/15\n' in shown)
         assert len(seen) >= 3, (r, seen)
     updates = sum(kind == 'update_display_data' for _, kind, _, _ in frames)
     LIVE["'\\r' progress: 16 steps x 2 ranks drawn with display updates"] = updates
@@ -235,7 +240,7 @@ def test_tqdm_in_px(kl):
     for r in (0, 1):
         bars = [l for l in lines_of(text, r) if f'rank {r}:' in l]
         assert len(bars) == 1 and '30/30' in bars[0], text
-        seen = {i for t, _, _, shown in frames for i in range(1, 30) if f'| {i}/30 [' in shown and f'[rank {r}] rank {r}:' in shown and t < took - 0.3}
+        seen = seen_live(frames, took, range(1, 30), lambda i, shown: f'| {i}/30 [' in shown and f'[rank {r}] rank {r}:' in shown)
         assert len(seen) >= 2, (r, seen)
     mid, frames, took, err = watch(k, front, "%%px\nfrom tqdm.auto import tqdm\nimport time\nfor i in tqdm(range(30)): time.sleep(0.05)")
     assert err is None, front.text(mid)
@@ -270,7 +275,7 @@ def test_run_script_progress_bars(kl, tmp_path):
         bars = [l for l in lines_of(text, r) if f'train rank {r}:' in l]
         assert len(bars) == 1 and '20/20' in bars[0], text
         assert sum(f"'rank': {r}}}" in l for l in lines_of(text, r)) == 4, text  # the loss lines
-        seen = {i for t, _, _, shown in frames for i in range(1, 20) if f'| {i}/20 [' in shown and f'train rank {r}:' in shown and t < took - 0.3}
+        seen = seen_live(frames, took, range(1, 20), lambda i, shown: f'| {i}/20 [' in shown and f'train rank {r}:' in shown)
         assert len(seen) >= 2, (r, seen)
 
 
