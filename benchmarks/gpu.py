@@ -1,8 +1,9 @@
 """GPU step time: a ddp_nb rank vs `torchrun --nproc_per_node=1`, the same DDP-wrapped MLP on the same GPU (nccl).
 
     python -m benchmarks.gpu [--rounds 3] [--seconds 2] [--out FILE]      # "no GPU" where there is none
-    as a torchrun worker: python -m benchmarks.gpu --worker --out FILE"""
-import argparse, json, os, subprocess, tempfile, time
+    python -m benchmarks.gpu --explain [--out FILE] [--trace-dir DIR]     # where the smallest step's time goes, each side
+    as a torchrun worker: python -m benchmarks.gpu --worker --out FILE [--explain [--trace FILE]]"""
+import argparse, gzip, json, os, subprocess, sys, tempfile, time
 from pathlib import Path
 from benchmarks.common import med, table, torchrun_cmd, machine, ROOT
 
@@ -76,12 +77,12 @@ def timed_steps(width: int = 4096, batch: int = 768, blocks: int = 20, steps: in
     return dict(width=width, batch=batch, steps=steps, pairs=pairs, kept=len(timer.steps), clock=timer.clock.kind, last=last)
 
 
-def torchrun_side(configs, seconds: float) -> list:
-    "One `torchrun --nproc_per_node=1` launch timing every config"
+def torchrun_side(configs, seconds: float, env: dict | None = None) -> list:
+    "One `torchrun --nproc_per_node=1` launch timing every config (`env`: variables added to the launch's)"
     with tempfile.TemporaryDirectory() as d:
         out = os.path.join(d, 'r.json')
         r = subprocess.run(torchrun_cmd(1, 'benchmarks.gpu', '--worker', '--seconds', seconds, '--out', out), cwd=ROOT,
-                           capture_output=True, text=True, timeout=300)
+                           env=dict(os.environ, **(env or {})), capture_output=True, text=True, timeout=300)
         if r.returncode: raise RuntimeError(f"torchrun failed ({r.returncode}): {(r.stdout + r.stderr)[-2000:]}")
         return json.load(open(out))
 
@@ -105,26 +106,30 @@ def run(rounds: int = 3, seconds: float = 2) -> str:
         last = Path(ROOT) / 'benchmarks' / 'results_gpu.md'
         return last.read_text().rstrip() if last.exists() else f"{HEAD}\n\nNot measured in this run: this machine has no GPU."
     from ddp_nb import DDPCluster
-    ours, theirs = [], []
+    res = {'ddp_nb': [], 'torchrun': [], 'threads': []}
     with DDPCluster(n=1) as cl:
         assert cl.backend == 'nccl', cl
+        threads = {'OMP_NUM_THREADS': cl.run(side_facts)[0]['env']['OMP_NUM_THREADS']}   # what ddp_nb gives its rank
         for r in range(rounds):
-            for side in (('ddp_nb', 'torchrun') if r % 2 == 0 else ('torchrun', 'ddp_nb')):
-                if side == 'ddp_nb': ours.append(cl.run(gpu_steps, CONFIGS, seconds)[0])
-                else: theirs.append(torchrun_side(CONFIGS, seconds))
-            print(f"gpu round {r + 1}/{rounds}: ddp_nb {[round(c['ms'], 3) for c in ours[-1]]} ms, "
-                  f"torchrun {[round(c['ms'], 3) for c in theirs[-1]]} ms", flush=True)
+            for side in (list(res) if r % 2 == 0 else list(res)[::-1]):
+                res[side].append(cl.run(gpu_steps, CONFIGS, seconds)[0] if side == 'ddp_nb' else
+                                 torchrun_side(CONFIGS, seconds, threads if side == 'threads' else None))
+            print(f"gpu round {r + 1}/{rounds}: " + ', '.join(f"{k} {[round(c['ms'], 3) for c in v[-1]]} ms" for k, v in res.items()),
+                  flush=True)
         tc = [cl.run(timed_steps)[0] for _ in range(rounds)]
     rows = []
     for i, (w, b) in enumerate(CONFIGS):
-        a, t = med([o[i]['ms'] for o in ours]), med([o[i]['ms'] for o in theirs])
-        same = {o[i]['digest'] for o in ours + theirs}
-        rows.append([f"MLP width {w}, batch {b}", f"{a:.3f}", f"{t:.3f}", f"**{a / t:.3f}**" + ('' if a / t <= 1.02 else ' (missed)'),
-                     'yes' if len(same) == 1 else '**no**'])
+        a, t, e = (med([o[i]['ms'] for o in res[k]]) for k in res)
+        same = {o[i]['digest'] for v in res.values() for o in v}
+        rows.append([f"MLP width {w}, batch {b}", f"{a:.3f}", f"{t:.3f}", f"{a / t:.3f}", f"{e:.3f}",
+                     f"**{a / e:.3f}**" + ('' if 0.98 <= a / e <= 1.02 else ' (missed)'), 'yes' if len(same) == 1 else '**no**'])
     return (f"{HEAD}\n\n{torch.cuda.get_device_name(0)}, torch {torch.__version__} (CUDA {torch.version.cuda}), one rank on nccl. "
-            f"Same DDP-wrapped 3-layer MLP, seeds and data (on the GPU) on both sides; a step's time from CUDA events over about "
+            f"Same DDP-wrapped 3-layer MLP, seeds and data (on the GPU) on every side; a step's time from CUDA events over about "
             f"{seconds:g} s of steps after a warm-up, launch excluded; {rounds} alternating rounds, medians. Weights compared after "
-            "10 steps.\n\n" + table(['model', 'ddp_nb ms/step', 'torchrun ms/step', 'ratio (goal ≤ 1.02)', 'bit-identical weights'], rows)
+            f"10 steps. torchrun runs twice: as launched by default, and given the thread count ddp_nb gives its rank "
+            f"({threads['OMP_NUM_THREADS']}); the second is the like-for-like ratio (goal 0.98–1.02).\n\n"
+            + table(['model', 'ddp_nb ms/step', 'torchrun ms/step', 'ratio', f"torchrun, {threads['OMP_NUM_THREADS']} threads, ms/step",
+                     'like-for-like ratio', 'bit-identical weights'], rows)
             + "\n\n" + timer_section(tc))
 
 
@@ -146,16 +151,171 @@ def timer_section(res: list) -> str:
             + table(['round', 'steps', 'plain ms/step', 'timed ms/step', 'cost (median of block pairs)', 'clock; what it reported (ms)'], rows))
 
 
+# ---- where the launch-bound step's time goes, on each side (issue #26: the 1-rank ratio 0.798 at the smallest step)
+def side_facts() -> dict:
+    "What in this process can change a launch-bound step's CPU time: threads, affinity, env, tracing, GC, allocator"
+    import gc, os, sys, threading, torch   # (imports here: a rank runs this function in its own namespace)
+    keys = ('OMP_', 'MKL_', 'KMP_', 'GOMP_', 'TORCH', 'PYTORCH', 'NCCL_', 'CUDA_', 'LOCAL_', 'RANK', 'WORLD', 'MASTER',
+            'GROUP_', 'ROLE_', 'PYTHON', 'LD_PRELOAD', 'MALLOC')
+    env = {k: v for k, v in os.environ.items() if k.startswith(keys)}
+    return dict(pid=os.getpid(), cores=len(os.sched_getaffinity(0)), nice=os.nice(0), torch_threads=torch.get_num_threads(),
+                interop_threads=torch.get_num_interop_threads(), py_threads=sorted(t.name for t in threading.enumerate()),
+                trace=repr(sys.gettrace()), profile=repr(sys.getprofile()), switch_interval=sys.getswitchinterval(),
+                gc=dict(enabled=gc.isenabled(), threshold=gc.get_threshold(), tracked=len(gc.get_objects())),
+                grad=torch.is_grad_enabled(), anomaly=torch.is_anomaly_enabled(), deterministic=torch.are_deterministic_algorithms_enabled(),
+                tf32=torch.backends.cuda.matmul.allow_tf32, env=env)
+
+
+def explain_steps(width: int = 1024, batch: int = 64, steps: int = 300, prof_steps: int = 30, seed: int = 0,
+                  trace: str | None = None) -> dict:
+    "On a rank: one launch-bound config, timed by GPU events, by the CPU (no sync: the launch loop), per phase, and by the profiler"
+    import time, torch, torch.nn as nn, torch.nn.functional as F, torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from torch.profiler import profile, ProfilerActivity
+    cuda = torch.cuda.is_available()   # False only in the CPU rehearsal (BENCH_GPU_REHEARSAL=1), which checks this code
+    dev = torch.device('cuda', torch.cuda.current_device()) if cuda else torch.device('cpu')
+    sync = (lambda: torch.cuda.synchronize(dev)) if cuda else (lambda: None)
+    torch.manual_seed(seed)
+    m = DDP(nn.Sequential(nn.Linear(width, width), nn.ReLU(), nn.Linear(width, width), nn.ReLU(), nn.Linear(width, 10)).to(dev),
+            device_ids=[dev.index] if cuda else None)
+    opt = torch.optim.SGD(m.parameters(), lr=1e-3)
+    g = torch.Generator(device=dev).manual_seed(seed + dist.get_rank())
+    x, y = torch.randn(batch, width, device=dev, generator=g), torch.randint(0, 10, (batch,), device=dev, generator=g)
+    def step():
+        loss = F.cross_entropy(m(x), y); opt.zero_grad(set_to_none=True); loss.backward(); opt.step()
+    for _ in range(50): step()
+    sync()
+    if cuda: a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True); a.record()
+    t0, c0 = time.perf_counter(), time.thread_time()
+    for _ in range(steps): step()
+    launch_ms, cpu_ms = (time.perf_counter() - t0) / steps * 1e3, (time.thread_time() - c0) / steps * 1e3
+    if cuda: b.record(); b.synchronize()
+    gpu_ms = a.elapsed_time(b) / steps if cuda else launch_ms
+    phases = dict(forward=0., backward=0., optimizer=0.)
+    for _ in range(steps):   # CPU wall per phase (no sync: what the Python thread spends enqueueing)
+        t = time.perf_counter(); loss = F.cross_entropy(m(x), y); t1 = time.perf_counter()
+        opt.zero_grad(set_to_none=True); loss.backward(); t2 = time.perf_counter(); opt.step(); t3 = time.perf_counter()
+        phases['forward'] += t1 - t; phases['backward'] += t2 - t1; phases['optimizer'] += t3 - t2
+    sync()
+    with profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])) as prof:
+        for _ in range(prof_steps): step()
+        sync()
+    if trace: prof.export_chrome_trace(trace)
+    ops = []
+    for e in prof.key_averages():
+        dev_us = getattr(e, 'self_device_time_total', None)
+        if dev_us is None: dev_us = getattr(e, 'self_cuda_time_total', 0)
+        ops.append(dict(name=e.key, calls=e.count / prof_steps, self_cpu_us=e.self_cpu_time_total / prof_steps,
+                        self_gpu_us=dev_us / prof_steps))
+    ops.sort(key=lambda o: -o['self_cpu_us'])
+    return dict(width=width, batch=batch, steps=steps, gpu_ms=gpu_ms, launch_ms=launch_ms, cpu_ms=cpu_ms,
+                phases_ms={k: v / steps * 1e3 for k, v in phases.items()}, ops=ops[:40],
+                cpu_us_total=sum(o['self_cpu_us'] for o in ops), gpu_us_total=sum(o['self_gpu_us'] for o in ops))
+
+
+def explained_worker(out: str, trace: str | None = None):
+    "A bare or torchrun worker for --explain: nccl on LOCAL_RANK's GPU (gloo in the rehearsal), explain_steps, rank 0 writes the result"
+    import torch, torch.distributed as dist
+    from datetime import timedelta
+    if torch.cuda.is_available():
+        dev = torch.device('cuda', int(os.environ.get('LOCAL_RANK', 0)))
+        torch.cuda.set_device(dev)
+        dist.init_process_group('nccl', timeout=timedelta(seconds=120), device_id=dev)
+    else: dist.init_process_group('gloo', timeout=timedelta(seconds=120))
+    try: r = dict(explain_steps(trace=trace), facts=side_facts())
+    finally: dist.destroy_process_group()
+    if int(os.environ.get('RANK', 0)) == 0: Path(out).write_text(json.dumps(r))
+
+
+def explained_side(how: str, env: dict | None = None, trace: str | None = None) -> dict:
+    "explain_steps in a torchrun worker (how='torchrun') or a bare `python -m` process given the torchrun variables (how='bare')"
+    import socket
+    with tempfile.TemporaryDirectory() as d:
+        out = os.path.join(d, 'r.json')
+        args = ['--worker', '--explain', '--out', out] + (['--trace', trace] if trace else [])
+        e = dict(os.environ, **(env or {}))
+        if how == 'torchrun': cmd = torchrun_cmd(1, 'benchmarks.gpu', *args)
+        else:
+            with socket.socket() as s: s.bind(('127.0.0.1', 0)); port = s.getsockname()[1]
+            e.update(RANK='0', LOCAL_RANK='0', WORLD_SIZE='1', LOCAL_WORLD_SIZE='1', MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port))
+            cmd = [sys.executable, '-m', 'benchmarks.gpu', *args]
+        r = subprocess.run(cmd, cwd=ROOT, env=e, capture_output=True, text=True, timeout=300)
+        if r.returncode: raise RuntimeError(f"{how} failed ({r.returncode}): {(r.stdout + r.stderr)[-2000:]}")
+        return json.load(open(out))
+
+
+def explain(rounds: int = 3, trace_dir: str | None = None) -> str:
+    "Where the smallest config's step time goes on each side, and which difference between the sides accounts for it (markdown)"
+    import re, torch
+    if not (torch.cuda.is_available() or os.environ.get('BENCH_GPU_REHEARSAL')): return "No GPU: --explain needs one."
+    from ddp_nb import DDPCluster
+    tr = (lambda name: os.path.join(trace_dir, re.sub(r'\W+', '_', name).strip('_') + '.json')) if trace_dir else (lambda name: None)
+    if trace_dir: os.makedirs(trace_dir, exist_ok=True)
+    res = {}
+    with DDPCluster(n=1) as cl:
+        ours = cl.run(side_facts)[0]
+        same = {k: ours['env'][k] for k in ('OMP_NUM_THREADS', 'TORCH_FR_BUFFER_SIZE', 'TORCH_NCCL_TRACE_BUFFER_SIZE') if k in ours['env']}
+        sides = [('ddp_nb', None, None), ('torchrun', 'torchrun', None), ('bare python', 'bare', None),
+                 ("torchrun, ddp_nb's threads", 'torchrun', {'OMP_NUM_THREADS': same['OMP_NUM_THREADS']}),
+                 ("torchrun, ddp_nb's env", 'torchrun', same)]
+        for r in range(rounds):
+            for name, how, env in (sides if r % 2 == 0 else sides[::-1]):
+                t = tr(name) if r == 0 else None
+                res.setdefault(name, []).append(dict(cl.run(explain_steps, trace=t)[0], facts=cl.run(side_facts)[0]) if how is None
+                                                else explained_side(how, env, t))
+            print(f"explain round {r + 1}/{rounds}: " + ', '.join(f"{k} {v[-1]['gpu_ms']:.3f} ms" for k, v in res.items()), flush=True)
+    for f in Path(trace_dir or '.').glob('*.json') if trace_dir else ():   # the traces, gzipped (chrome://tracing and Perfetto read them)
+        with open(f, 'rb') as i, gzip.open(f"{f}.gz", 'wb') as o: o.write(i.read())
+        f.unlink()
+    return explain_section(res, same)
+
+
+def explain_section(res: dict, same: dict) -> str:
+    "The --explain results as markdown: a row per side, then the profiler's top ops side by side and the facts that differ"
+    rows = []
+    base = med([r['gpu_ms'] for r in res['torchrun']])
+    for name, rs in res.items():
+        g = med([r['gpu_ms'] for r in rs])
+        ph = {k: med([r['phases_ms'][k] for r in rs]) for k in ('forward', 'backward', 'optimizer')}
+        rows.append([name, f"{g:.3f}", f"**{g / base:.3f}**", f"{med([r['launch_ms'] for r in rs]):.3f}",
+                     f"{med([r['cpu_ms'] for r in rs]):.3f}", ' / '.join(f"{v:.3f}" for v in ph.values()),
+                     f"{med([r['cpu_us_total'] for r in rs]) / 1e3:.3f}", f"{med([r['gpu_us_total'] for r in rs]) / 1e3:.3f}"])
+    a, t = res['ddp_nb'][0], res['torchrun'][0]
+    top = {o['name']: o for o in a['ops']}
+    theirs = {o['name']: o for o in t['ops']}
+    names = sorted(set(top) | set(theirs), key=lambda n: -abs(top.get(n, {}).get('self_cpu_us', 0) - theirs.get(n, {}).get('self_cpu_us', 0)))[:15]
+    ops = [[f"`{n}`", f"{top.get(n, {}).get('calls', 0):.0f}", f"{top.get(n, {}).get('self_cpu_us', 0):.1f}",
+            f"{theirs.get(n, {}).get('self_cpu_us', 0):.1f}", f"{top.get(n, {}).get('self_gpu_us', 0):.1f}",
+            f"{theirs.get(n, {}).get('self_gpu_us', 0):.1f}"] for n in names]
+    fa, ft = a['facts'], t['facts']
+    diff = [[f"`{k}`", f"`{fa.get(k)}`", f"`{ft.get(k)}`"] for k in sorted(set(fa) | set(ft)) if k not in ('env', 'pid') and fa.get(k) != ft.get(k)]
+    diff += [[f"env `{k}`", f"`{fa['env'].get(k)}`", f"`{ft['env'].get(k)}`"] for k in sorted(set(fa['env']) | set(ft['env']))
+             if fa['env'].get(k) != ft['env'].get(k)]
+    return ("#### Where the smallest step's time goes (`python -m benchmarks.gpu --explain`)\n\n"
+            f"MLP width {a['width']}, batch {a['batch']}: {a['steps']} steps a measurement, {len(res['ddp_nb'])} alternating rounds, "
+            "medians. *launch* is the Python thread's wall time per step with no synchronisation (what enqueueing a step costs); "
+            "*thread CPU* its CPU time; the phases are CPU wall times; profiler totals are self times summed over every op. "
+            f"ddp_nb's env given to torchrun in the last row: {same}.\n\n"
+            + table(['side', 'GPU-event ms/step', 'vs torchrun', 'launch ms/step', 'thread CPU ms/step',
+                     'forward / backward / optimizer ms', 'profiler CPU ms/step', 'profiler GPU ms/step'], rows)
+            + "\n\nThe ops whose CPU time differs most (first round, µs per step):\n\n"
+            + table(['op', 'calls/step', 'ddp_nb CPU µs', 'torchrun CPU µs', 'ddp_nb GPU µs', 'torchrun GPU µs'], ops)
+            + "\n\nWhat differs between the two processes:\n\n" + table(['fact', 'ddp_nb rank', 'torchrun worker'], diff))
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument('--rounds', type=int, default=3)
     ap.add_argument('--seconds', type=float, default=2)
     ap.add_argument('--out', default=None)
     ap.add_argument('--worker', action='store_true')
+    ap.add_argument('--explain', action='store_true')
+    ap.add_argument('--trace-dir', default=None)
+    ap.add_argument('--trace', default=None)   # a worker's profiler trace file
     a = ap.parse_args(argv)
-    if a.worker: return worker(a.seconds, a.out)
+    if a.worker: return explained_worker(a.out, a.trace) if a.explain else worker(a.seconds, a.out)
     t0 = time.time()
-    text = run(a.rounds, a.seconds)
+    text = explain(a.rounds, a.trace_dir) if a.explain else run(a.rounds, a.seconds)
     text = f"Machine: {machine()}  \nCommand: `python -m benchmarks.gpu` ({time.time() - t0:.0f} s, {time.strftime('%Y-%m-%d')}).\n\n{text}\n"
     if a.out: Path(a.out).write_text(text)
     print(text)

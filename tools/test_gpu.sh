@@ -10,7 +10,7 @@
 # Each phase is time-limited and the whole stays within GPU_BUDGET_S (default 570 s).
 #
 #   GPU_PYTHON=python3        the interpreter that has torch with CUDA
-#   GPU_PHASES="pytest bench notebooks"   the phases to run, in this order
+#   GPU_PHASES="pytest bench notebooks"   the phases to run, in this order (also: explain, the profile of a small step)
 #   GPU_OUT=DIR               also copy build/gpu/* there at the end (e.g. a folder that is fetched back)
 #   GPU_WHEELS=.whl           where the wheels are
 #   GPU_BUILD=build/gpu       where the log and the summary go
@@ -20,7 +20,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 OUT=${GPU_BUILD:-build/gpu}
-mkdir -p "$OUT"; rm -f "$OUT"/*
+mkdir -p "$OUT"; rm -rf "$OUT"/*
 exec > >(tee "$OUT/log.txt") 2>&1
 PY=${GPU_PYTHON:-python3}
 PHASES=${GPU_PHASES:-pytest bench notebooks}
@@ -42,7 +42,7 @@ s = dict(ok=rc == 0, exit=rc, machine=json.loads(m.read_text()) if m.exists() el
 (out / 'summary.json').write_text(json.dumps(s, indent=1))
 print(json.dumps(s, indent=1))
 EOF
-  if [ -n "${GPU_OUT:-}" ]; then mkdir -p "$GPU_OUT" && cp "$OUT"/* "$GPU_OUT"/ 2>/dev/null; fi
+  if [ -n "${GPU_OUT:-}" ]; then mkdir -p "$GPU_OUT" && cp -r "$OUT"/* "$GPU_OUT"/ 2>/dev/null; fi
   exit "$rc"
 }
 cleanup() {
@@ -125,7 +125,9 @@ flags=cuda; [ "$GPUS" -ge 2 ] && flags="cuda multigpu"
 for p in $PHASES; do case $p in
   pytest) phase "pytest -m gpu tests/" "${GPU_PYTEST_S:-420}" "$PY" -m pytest -m gpu tests/ -v -rA -p no:cacheprovider --timeout 240 \
             --junitxml "$OUT/pytest.xml" ;;
-  bench) phase "benchmark: ddp_nb vs torchrun on the GPU" 180 "$PY" -m benchmarks.gpu --out "$OUT/bench.md" ;;
+  bench) phase "benchmark: ddp_nb vs torchrun on the GPU" 240 "$PY" -m benchmarks.gpu --out "$OUT/bench.md" ;;
+  explain) phase "where the smallest step's time goes, each side" 180 "$PY" -m benchmarks.gpu --explain --out "$OUT/explain.md" \
+             --trace-dir "$OUT/traces" ;;
   notebooks)
     nbs=$("$PY" - "$flags" "$GPUS" <<'EOF'
 import json, pathlib, re, sys
@@ -139,7 +141,7 @@ for p in sorted(pathlib.Path('nbs').glob('*.ipynb')):
 EOF
 )
     for nb in $nbs; do phase "nbdev_test --flags '$flags' $nb" 150 nbdev_test --flags "$flags" --n_workers 1 --timing --path "$nb"; done ;;
-  *) echo "unknown phase $p (GPU_PHASES: pytest bench notebooks)"; failed=1 ;;
+  *) echo "unknown phase $p (GPU_PHASES: pytest bench notebooks explain)"; failed=1 ;;
 esac; done
 
 left=$("$PY" -c "
