@@ -140,6 +140,7 @@ def stop_cluster(cluster_id:str, # id as `ddp_nb list` shows it
                  grace:float=2.0, # seconds between SIGTERM and SIGKILL
                 ) -> int: # how many processes were stopped
     "Stop every process of one ddp_nb cluster and remove its connection files and its ranks' files on this host"
+    import psutil
     from ddp_nb.core import cluster_owner
     from ddp_nb.processes import cluster_files, cluster_procs, kill_procs, rank_files
     if cluster_owner(cluster_id) is None:
@@ -149,7 +150,7 @@ def stop_cluster(cluster_id:str, # id as `ddp_nb list` shows it
     profile = None
     for p in procs:
         try: profile = profile or p.environ().get('IPP_PROFILE_DIR')
-        except Exception: pass
+        except psutil.Error: pass  # gone, or another user's: its profile is not ours to clean
     n = kill_procs(procs, grace=grace)
     for f in cluster_files(cluster_id, profile) + rank_files(cluster_id): f.unlink(missing_ok=True)
     return n

@@ -4,11 +4,13 @@
 
 # %% ../nbs/00b_compat_ipp.ipynb #49171b13
 from __future__ import annotations
-import collections, concurrent.futures, os, re, warnings
+import collections, concurrent.futures, logging, os, re, warnings
 from importlib.metadata import version, PackageNotFoundError
 
+log = logging.getLogger('ddp_nb.compat_ipp')  # what is swallowed goes here, at DEBUG: logging.getLogger('ddp_nb').setLevel('DEBUG') shows it
+
 # %% auto #0
-__all__ = ['tested_versions', 'min_versions', 'OUTPUT_MSGS', 'CompatError', 'installed', 'outside_tested', 'missing',
+__all__ = ['log', 'tested_versions', 'min_versions', 'OUTPUT_MSGS', 'CompatError', 'installed', 'outside_tested', 'missing',
            'check_versions', 'engine_uuids', 'pending_tasks', 'controller_url', 'noninteractive', 'task_futures',
            'has_task_futures', 'task_output', 'task_name', 'supervised_view', 'record_outputs', 'task_events',
            'engine_launchers', 'launcher_process', 'stop_sync_thread', 'engine_state_file', 'forget_magics',
@@ -208,7 +210,7 @@ def engine_registration_url() -> str|None: # e.g. 'tcp://10.0.0.1:50123'; None o
     app = sys.modules.get('ipyparallel.engine.app')
     try:
         if app is not None and app.IPEngine.initialized(): return app.IPEngine.instance().registration_url
-    except Exception: pass
+    except Exception: log.debug("no registration url: this engine is not (yet) started", exc_info=True)
     return None
 
 def on_uncaught_error(shell, # an IPython InteractiveShell
@@ -248,7 +250,7 @@ def session_key(rc=None, # an ipyparallel Client; None: this engine's kernel ses
     try:
         from IPython import get_ipython
         return bytes(get_ipython().kernel.session.key)
-    except Exception: return b''
+    except (ImportError, AttributeError): return b''  # not in a kernel (get_ipython() None, or a terminal IPython)
 
 # %% ../nbs/00b_compat_ipp.ipynb #91e2fe39
 def bind_engine_kernel() -> str: # the kernel's connection file, for `jupyter console --existing`
@@ -299,7 +301,8 @@ def hub_answers(rc, # a connected Client
     "Whether the controller answers a queue query within `timeout` s (sent by `Client._send` on `Client._query_stream`, tested with ipyparallel 9.2, whose own queries wait without a deadline)"
     if not (hasattr(rc, '_send') and hasattr(rc, '_query_stream')): raise missing('Client._send and Client._query_stream')
     try: fut = rc._send(rc._query_stream, 'queue_request', content=dict(targets=[], verbose=False))
-    except Exception: return False  # the client is closed
+    except Exception:  # the client is closed (zmq and tornado raise several kinds)
+        log.debug("the controller was not asked: the client is closed", exc_info=True); return False
     try: fut.result(timeout); return True  # any answer (here an error: no engines named) says it is there
     except (TimeoutError, concurrent.futures.TimeoutError): fut.cancel(); return False  # (two classes before Python 3.11; cancelled: the client forgets it)
 
@@ -308,7 +311,7 @@ def abandon_client(rc, # a Client whose controller is gone
     "Close `rc` and fail every task still waiting for an answer, as ipyparallel fails a dead engine's (`Client._handle_stranded_msgs`, tested with ipyparallel 9.2): every wait on them ends"
     if not hasattr(rc, '_handle_stranded_msgs'): raise missing('Client._handle_stranded_msgs')
     try: rc.close(linger=0)  # its thread stops: nothing arrives any more
-    except Exception: pass
+    except Exception: log.debug("closing the client failed; its waits are failed next all the same", exc_info=True)
     for eid, uuid in list(engine_uuids(rc).items()): rc._handle_stranded_msgs(eid, uuid)
 
 # %% ../nbs/00b_compat_ipp.ipynb #f3a91c47

@@ -11,10 +11,12 @@ from .host import local_cpus, local_gpus, local_ipv4, probe_host, route_source, 
 from .processes import ENGINE_CMD, cluster_procs, kill_procs, watch_owner
 from .compat_ipp import controller_process, engine_exits, engine_launchers, engine_state_file, hub_answers, launcher_process, noninteractive, stop_sync_thread
 
+log = logging.getLogger('ddp_nb.engines')  # what is swallowed goes here, at DEBUG: logging.getLogger('ddp_nb').setLevel('DEBUG') shows it
+
 # %% auto #0
-__all__ = ['ENGINE_MAIN', 'remote_count', 'controller_ip', 'ssh_hosts', 'remote_config', 'ipp_cluster', 'await_registration',
-           'wait_for_engines', 'start_more', 'connect_existing', 'stop_ipp', 'death_cause', 'watch_exits', 'exit_code',
-           'controller_down']
+__all__ = ['log', 'ENGINE_MAIN', 'remote_count', 'controller_ip', 'ssh_hosts', 'remote_config', 'ipp_cluster',
+           'await_registration', 'wait_for_engines', 'start_more', 'connect_existing', 'stop_ipp', 'death_cause',
+           'watch_exits', 'exit_code', 'controller_down']
 
 # %% ../nbs/02a_engines.ipynb #c6b42e6d
 def remote_count(engines, # the launcher's name
@@ -193,13 +195,13 @@ def _polite_stop(cluster, rc):
     "Ask the engines and the hub to exit and the launchers to stop (may block on an engine that cannot answer)"
     try:
         if rc is not None: rc.shutdown(hub=True, block=True)
-    except Exception: pass
+    except Exception: log.debug("the engines were not asked to exit (stop_ipp ends them next)", exc_info=True)
     try:
         if cluster is not None: cluster.stop_cluster_sync()
-    except Exception: pass
+    except Exception: log.debug("the launchers did not stop (stop_ipp ends what is left next)", exc_info=True)
     if rc is not None:
         try: rc.close()
-        except Exception: pass
+        except Exception: log.debug("closing the client failed", exc_info=True)
 
 def stop_ipp(cluster, # the ipyparallel Cluster (None: only what `rc` can reach)
              cluster_id:str|None, # its id, to find what is left on this host
@@ -261,7 +263,7 @@ def exit_code(cluster, # the ipyparallel Cluster that started the engine
     proc = _watched.get(pid) or (launcher_process(l) if l is not None else None)
     if code is None and proc is not None:
         try: code = proc.wait(0.5)  # (psutil keeps the status of a process it reaped: the launcher's thread waits on this object)
-        except Exception: pass
+        except (psutil.Error, OSError): pass  # still running, or another process's child: no status
     return code
 
 # %% ../nbs/02a_engines.ipynb #c8d1e5a1

@@ -277,7 +277,7 @@ def profile_on_rank(work, # code to exec in this engine's namespace, or a functi
         try:
             from IPython import get_ipython
             ns = get_ipython().user_ns
-        except Exception: ns = {}
+        except (ImportError, AttributeError): ns = {}  # not in IPython: a fresh namespace
         call = lambda: exec(code, ns)
     else: call = work
     for _ in range(warmup): call()

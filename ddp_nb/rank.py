@@ -4,7 +4,7 @@
 
 # %% ../nbs/01b_rank.ipynb #094136a9
 from __future__ import annotations
-import errno, faulthandler, os, signal, socket, sys
+import errno, faulthandler, logging, os, signal, socket, sys
 from datetime import timedelta
 from .core import iface_of, rank_device, stack_file
 from .processes import private_file, rank_dir
@@ -13,9 +13,11 @@ from .compat_ipp import engine_registration_url, plain_tracebacks
 from .context import RankInfo, ctx, rank_info
 from .report import report  # torch, and compat_torch (which imports it), are imported inside the functions
 
+log = logging.getLogger('ddp_nb.rank')  # what is swallowed goes here, at DEBUG: logging.getLogger('ddp_nb').setLevel('DEBUG') shows it
+
 # %% auto #0
-__all__ = ['NET_VARS', 'host_name', 'engine_info', 'net_info', 'setup_rank', 'forget_rank', 'reset_accelerate', 'open_store',
-           'close_store', 'drop_group', 'init_group', 'check_group', 'teardown', 'release', 'namespace',
+__all__ = ['log', 'NET_VARS', 'host_name', 'engine_info', 'net_info', 'setup_rank', 'forget_rank', 'reset_accelerate',
+           'open_store', 'close_store', 'drop_group', 'init_group', 'check_group', 'teardown', 'release', 'namespace',
            'install_stack_dump', 'uninstall_stack_dump', 'issued', 'health', 'stream_sooner', 'enter_cluster',
            'unpickle_into_namespace']
 
@@ -234,7 +236,8 @@ def health(timeout:float=2, # seconds the all-reduce may take
     if not dist.is_initialized(): return False
     t = torch.ones(1, device=rank_info().device)
     try: dist.all_reduce(t, async_op=True).wait(timeout=datetime.timedelta(seconds=timeout))
-    except Exception: return False
+    except Exception:  # a timeout, a broken group, a peer gone: each raises its own type
+        log.debug("health: the all-reduce failed", exc_info=True); return False
     return int(t.item()) == dist.get_world_size()
 
 # %% ../nbs/01b_rank.ipynb #05789245

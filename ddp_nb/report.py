@@ -4,7 +4,7 @@
 
 # %% ../nbs/01a_report.ipynb #821048f9
 from __future__ import annotations
-import hashlib, hmac, json, math, operator, os, secrets, sys, threading, time
+import hashlib, hmac, json, logging, math, operator, os, secrets, sys, threading, time
 from array import array
 from collections import deque
 from fastcore.basics import patch
@@ -13,8 +13,10 @@ from .host import host_identity
 from .context import ctx, rank_info
 from .compat_ipp import on_uncaught_error, session_key
 
+log = logging.getLogger('ddp_nb.report')  # what is swallowed goes here, at DEBUG: logging.getLogger('ddp_nb').setLevel('DEBUG') shows it
+
 # %% auto #0
-__all__ = ['MAX_TEXT', 'WIRE', 'MAX_BATCH', 'MAX_POINTS', 'MAX_METRICS', 'MAX_NAME', 'MAX_FLAGS', 'LOAD_KEYS', 'HEAD',
+__all__ = ['log', 'MAX_TEXT', 'WIRE', 'MAX_BATCH', 'MAX_POINTS', 'MAX_METRICS', 'MAX_NAME', 'MAX_FLAGS', 'LOAD_KEYS', 'HEAD',
            'to_number', 'clean_text', 'nvml_uuid', 'nvml_facts', 'nvml_problem', 'gpu_handle', 'gpu_memory',
            'LoadSampler', 'encode', 'decode', 'report_key', 'sign', 'unsign', 'check_head', 'Reporter',
            'batch_interval', 'connect', 'disconnect', 'report', 'report_late']
@@ -338,9 +340,9 @@ def _loop(self:Reporter):
     "Send a batch every `interval` until closed, then what is left; this thread owns the socket and closes it"
     while not self._stop.wait(self.interval):
         try: self.flush()
-        except Exception: pass
+        except Exception: log.debug("a report batch was not sent (the next one is tried in %ss)", self.interval, exc_info=True)
     try: self.flush()
-    except Exception: pass
+    except Exception: log.debug("the last report batch was not sent", exc_info=True)
     self.sock.close(); self.ctx.term()
 
 @patch
