@@ -114,7 +114,8 @@ def save_checkpoint(folder:Union[str, Path], # the run's checkpoint folder
                          scheduler=_sd(scheduler), scaler=_sd(scaler), loader=_sd(loader), ranks=per_rank, extra=extra or {},
                          torch=str(torch.__version__), time=time.time())
             atomic_save(state, path); _tidy(path.parent, keep)
-        except Exception as e: err = f"{type(e).__name__}: {e}"
+        except Exception as e:  # whatever it is, the other ranks must hear of it: raised on every rank just below
+            err = f"{type(e).__name__}: {e}"; _log.debug("saving %s failed on rank 0", path, exc_info=True)
     err = _from_0(err)   # every rank fails together rather than some waiting forever
     if err: raise RuntimeError(f"Saving the checkpoint {path} failed on rank 0: {err}. The previous checkpoints are intact.")
     return path
@@ -146,7 +147,8 @@ def load_weights_only(f, # a file's path, or an open binary file (then give `nam
         if Path(f).stat().st_size == 0:
             raise CheckpointError(f"{name} is empty (0 bytes): its save never finished (a full disk, a failed copy).")
     try: return torch.load(f, map_location=map_location, weights_only=True)
-    except Exception as e:
+    except Exception as e:  # unpickling, zip, EOF and more, by the file's damage: each raised again as a CheckpointError
+        _log.debug("torch.load(%s) failed", name, exc_info=True)  # (torch's own message, which the error below shortens)
         g = re.search(r'GLOBAL ([\w.]+)', str(e))  # torch names the global its weights_only unpickler refused
         if g: raise UnsafeCheckpointError(
             f"{name} refers to {g[1]}, which weights_only=True refuses: loading it could run code, so it is not loaded "
@@ -197,7 +199,9 @@ def _decide_on_0(f, # what rank 0 runs: it returns something small, or raises
     if not (together and dist.is_initialized()) or dist.get_rank() == 0:
         try: res = f()
         except CheckpointError as e: err = e
-        except Exception as e: err = CheckpointError(f"Choosing the checkpoint failed on rank 0: {type(e).__name__}: {e}")
+        except Exception as e:  # the other ranks wait for rank 0's answer: any failure is sent to them, raised on every rank
+            _log.debug("choosing the checkpoint failed on rank 0", exc_info=True)
+            err = CheckpointError(f"Choosing the checkpoint failed on rank 0: {type(e).__name__}: {e}")
     if together: res, err = _from_0((res, err))
     if err is not None: raise err
     return res

@@ -112,9 +112,13 @@ def _open(self:Collector, m:bytes) -> dict|None:
         return None
     try:
         b = decode(body)
-        if self.world is not None and b['rank'] >= self.world: raise ValueError(f"rank {b['rank']}, not a rank of this cluster's {self.world}")
-    except Exception as e:  # ValueError; anything else is a bug of decode's, and must not end the collector's thread either
-        self.dropped['invalid'] += 1; self._complain(f"ddp_nb collector: dropped a batch: {e if type(e) is ValueError else repr(e)[:200]}")
+        if self.world is not None and b['rank'] >= self.world:
+            raise ValueError(f"rank {b['rank']}, not a rank of this cluster's {self.world}")
+    except ValueError as e:  # what decode says of a batch it refuses: the rank's problem, counted and said once
+        self.dropped['invalid'] += 1; self._complain(f"ddp_nb collector: dropped a batch: {e}")
+        return None
+    except Exception as e:  # a bug of decode's: logged with its traceback, but it must not end the collector's thread
+        self.dropped['invalid'] += 1; self._complain(f"ddp_nb collector: dropped a batch: {e!r:.200}", e)
         return None
     sid, seq = b.get('sid'), b.get('seq', 0)
     if sid is not None:
@@ -133,7 +137,8 @@ def _take(self:Collector, raw:list, now:float):
             b = self._open(m)
             if b is None: continue
             try: self._fold(b, now)
-            except Exception as e: self._complain(f"ddp_nb collector: dropped a batch: {type(e).__name__}: {e}")
+            except Exception as e:  # a bug of _fold's (the batch passed decode): logged, and the thread goes on
+                self._complain(f"ddp_nb collector: dropped a batch: {type(e).__name__}: {e}", e)
 
 # %% ../nbs/02f1_collector.ipynb #350fcff6
 @patch
@@ -262,12 +267,14 @@ def _loop(self:Collector):
     "Receive batches; call the listeners every `tick` seconds"
     import zmq
     try: os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 5)  # Linux: this thread only; ranks on this host come first
-    except (OSError, AttributeError): pass
+    except (OSError, AttributeError): pass  # not Linux, or not allowed: a hint only, the thread runs at the usual priority
     last = 0.
     while not self._stop.is_set():
         try:
             if self.sock.poll(int(self.tick * 1000)): self._drain(zmq)
-        except zmq.ZMQError: break
+        except zmq.ZMQError as e:  # the socket or its context ended: nothing more can arrive
+            if not self._stop.is_set(): _log.warning("ddp_nb collector: its socket failed (%s); the dashboard stops updating", e)
+            break
         if time.monotonic() - last >= self.tick:
             last = time.monotonic()
             for f in list(self.listeners): self._call(f)
@@ -285,18 +292,22 @@ def _drain(self:Collector, zmq, most:int=1000, size:int=16 * MAX_BATCH):
 
 # %% ../nbs/02f1_collector.ipynb #11441bb7
 @patch
-def _complain(self:Collector, what:str):
-    "Print `what` on stderr, once: a problem every rank has (another ddp_nb version) is said once, not 1,024 times; 100 distinct ones at most"
+def _complain(self:Collector, what:str,
+               exc:BaseException|None=None, # a bug of ddp_nb's: logged (warning) with its traceback instead of printed
+              ):
+    "Say `what` once: a problem every rank has (another ddp_nb version) is said once, not 1,024 times; 100 at most"
     if what in self.errors or len(self.errors) > 100: return  # bounded: a rank's bad batches each said something new
     self.errors.add(what)
-    print(what if len(self.errors) <= 100 else "ddp_nb collector: more problems than these; no more are printed", file=sys.stderr)
+    if len(self.errors) > 100: what = "ddp_nb collector: more problems than these; no more are said"
+    if exc is not None: _log.warning(what, exc_info=exc)  # (to stderr when logging is not set up)
+    else: print(what, file=sys.stderr)
 
 # %% ../nbs/02f1_collector.ipynb #9260a510
 @patch
 def _call(self:Collector, f):
-    "Call a listener; print each distinct error once"
+    "Call a listener; log each distinct error once, with its traceback"
     try: f()
-    except Exception as e: self._complain(f"ddp_nb dashboard: {e!r}")
+    except Exception as e: self._complain(f"ddp_nb dashboard: {e!r}", e)  # a listener's bug must not end the thread
 
 # %% ../nbs/02f1_collector.ipynb #909fef18
 @patch

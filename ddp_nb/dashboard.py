@@ -105,10 +105,17 @@ class Dashboard:
         self.drawn_newest, self.drawn_signature, self.last_check, self.shown = collector.newest_t, None, 0., {}
         self.costs = deque(maxlen=5)  # seconds the last frames took to draw
         self.host = host_identity()
-        self.last_text, self._was_busy = '', False
+        self.last_text, self._was_busy, self._logged = '', False, set()
         if self.mode == 'widget': self._make_widgets()
         self.col.listeners.append(self._tick)
         self.col.finals.append(self._final)
+
+# %% ../nbs/02f3_dashboard.ipynb #7c996d0e
+@patch
+def _once(self:Dashboard, what:str, exc:BaseException, level:int=logging.WARNING):
+    "Log `what` with the traceback of `exc`, once: frames come several times a second; 100 distinct ones at most"
+    if what in self._logged or len(self._logged) >= 100: return
+    self._logged.add(what); _log.log(level, what, exc_info=exc)
 
 # %% ../nbs/02f3_dashboard.ipynb #c32dc796
 @patch
@@ -127,7 +134,8 @@ def _statuses(self:Dashboard, snap:Snapshot|None=None) -> dict:
     "rank -> status string (from `snap`, or the collector's state now)"
     ranks, stopped = (snap.ranks, snap.stopped) if snap is not None else (self.col.ranks, self.col.stopped)
     try: tasks = {} if stopped else (self.task_status() or {})
-    except Exception: tasks = {}
+    except Exception as e:  # the client's state, read from this thread while the kernel changes it: a hint, the reports remain
+        tasks = {}; self._once(f"ddp_nb dashboard: the cluster's task status failed: {e!r:.200}", e, logging.DEBUG)
     now = time.time()
     alive = {}
     return {r: rank_status(ranks.get(r), tasks.get(r), now, self.host, stopped, alive) for r in range(self.world_size)}
@@ -203,8 +211,11 @@ def _verdict(self:Dashboard, every:float=2.0) -> list[str]:
     now = time.monotonic()
     if now - getattr(self, '_t_verdict', 0.) >= every:
         self._t_verdict = now
-        try: v = straggler_verdict(self.col.history) if any(is_breakdown(k[2]) for k in list(self.col.history.series)) else None
-        except Exception: v = None
+        try:
+            timed = any(is_breakdown(k[2]) for k in list(self.col.history.series))
+            v = straggler_verdict(self.col.history) if timed else None
+        except Exception as e:  # a bug of the verdict's: logged once, and the frame is drawn without it
+            v = None; self._once(f"ddp_nb dashboard: the straggler verdict failed: {e!r:.200}", e)
         self._verdict_line = [v] if v else []
     return getattr(self, '_verdict_line', [])
 

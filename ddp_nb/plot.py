@@ -150,7 +150,8 @@ class Plot:
             from matplotlib.backends.backend_svg import FigureCanvasSVG
             fig = Figure(figsize=(1, 1)); fig.add_subplot().set_xlabel('step')
             FigureCanvasSVG(fig).print_svg(io.BytesIO())
-        except Exception: pass  # the first real frame will say what is wrong
+        except Exception:  # only a warm-up: the first real frame meets the same problem and says what it is
+            _log.debug("ddp_nb plot: warming matplotlib up failed", exc_info=True)
 
     def _layout(self, data:dict, logs:list):
         "A figure with a panel per metric; the legend above the panels, where no line can cover it"
