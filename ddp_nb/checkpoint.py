@@ -44,7 +44,8 @@ def _sharded_model(model) -> bool:
 
 # %% ../nbs/01d4_checkpoint.ipynb #c3bf8190
 def _sharded_folder(src:Path) -> bool:
-    "Whether `src` is (or holds) a sharded checkpoint: a folder with a `meta.pt` per step (`ddp_nb.sharded.save_sharded`)"
+    ("Whether `src` is (or holds) a sharded checkpoint: a folder with a `meta.pt` per step "
+     "(`ddp_nb.sharded.save_sharded`)")
     return src.is_dir() and ((src/'meta.pt').exists() or any(src.glob('step-*/meta.pt')))
 
 # %% ../nbs/01d4_checkpoint.ipynb #2e27b9a4
@@ -72,7 +73,8 @@ def _tidy(folder:Path, keep:int):
 def atomic_save(obj, # what to save (torch.save)
                 path:Union[str, Path], # the final file
                ) -> Path:
-    "`torch.save` to a temporary file, fsync, and rename over `path`: readers see the old file or the new, never half of one"
+    ("`torch.save` to a temporary file, fsync, and rename over `path`: readers see the old file or the new, never "
+     "half of one")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f'.{path.stem}.tmp-{os.getpid()}')
@@ -110,14 +112,16 @@ def save_checkpoint(folder:Union[str, Path], # the run's checkpoint folder
     err = None
     if ri.rank == 0:
         try:
-            state = dict(format=1, step=step, world_size=ri.world_size, model=unwrap(model).state_dict(), optimizer=_sd(opt),
-                         scheduler=_sd(scheduler), scaler=_sd(scaler), loader=_sd(loader), ranks=per_rank, extra=extra or {},
-                         torch=str(torch.__version__), time=time.time())
+            state = dict(format=1, step=step, world_size=ri.world_size, model=unwrap(model).state_dict(),
+                         optimizer=_sd(opt), scheduler=_sd(scheduler), scaler=_sd(scaler), loader=_sd(loader),
+                         ranks=per_rank, extra=extra or {}, torch=str(torch.__version__), time=time.time())
             atomic_save(state, path); _tidy(path.parent, keep)
         except Exception as e:  # whatever it is, the other ranks must hear of it: raised on every rank just below
             err = f"{type(e).__name__}: {e}"; _log.debug("saving %s failed on rank 0", path, exc_info=True)
     err = _from_0(err)   # every rank fails together rather than some waiting forever
-    if err: raise RuntimeError(f"Saving the checkpoint {path} failed on rank 0: {err}. The previous checkpoints are intact.")
+    if err:
+        raise RuntimeError(f"Saving the checkpoint {path} failed on rank 0: {err}. "
+                           "The previous checkpoints are intact.")
     return path
 
 # %% ../nbs/01d4_checkpoint.ipynb #781678dd
@@ -133,7 +137,8 @@ def _load_failure(e:Exception) -> str:
     "What a `torch.load` error says is wrong (torch's advice to load with weights_only=False left out)"
     skip = ('Weights only load failed', 'Check the documentation', 'Please file an issue', '(1)', '(2)')
     lines = [l.strip() for l in str(e).splitlines() if l.strip() and not l.strip().startswith(skip)]
-    return f"{type(e).__name__}: {lines[0][:200] if lines else 'the file ends early' if isinstance(e, EOFError) else ''}"
+    what = lines[0][:200] if lines else 'the file ends early' if isinstance(e, EOFError) else ''
+    return f"{type(e).__name__}: {what}"
 
 # %% ../nbs/01d4_checkpoint.ipynb #e5b907d3
 def load_weights_only(f, # a file's path, or an open binary file (then give `name`)
@@ -147,27 +152,32 @@ def load_weights_only(f, # a file's path, or an open binary file (then give `nam
         if Path(f).stat().st_size == 0:
             raise CheckpointError(f"{name} is empty (0 bytes): its save never finished (a full disk, a failed copy).")
     try: return torch.load(f, map_location=map_location, weights_only=True)
-    except Exception as e:  # unpickling, zip, EOF and more, by the file's damage: each raised again as a CheckpointError
-        _log.debug("torch.load(%s) failed", name, exc_info=True)  # (torch's own message, which the error below shortens)
+    # unpickling, zip, EOF and more, by the file's damage: each raised again as a CheckpointError
+    except Exception as e:
+        # (torch's own message, which the error below shortens)
+        _log.debug("torch.load(%s) failed", name, exc_info=True)
         g = re.search(r'GLOBAL ([\w.]+)', str(e))  # torch names the global its weights_only unpickler refused
         if g: raise UnsafeCheckpointError(
-            f"{name} refers to {g[1]}, which weights_only=True refuses: loading it could run code, so it is not loaded "
-            f"(nor is an older checkpoint used in its place). If it is not yours, delete the checkpoint (moved out of its "
-            f"folder, the one before it is used). If you saved it, keep only tensors and plain types in checkpoints, or allow "
-            f"that class with torch.serialization.add_safe_globals.") from None
+            f"{name} refers to {g[1]}, which weights_only=True refuses: loading it could run code, so it is not "
+            f"loaded (nor is an older checkpoint used in its place). If it is not yours, delete the checkpoint (moved "
+            f"out of its folder, the one before it is used). If you saved it, keep only tensors and plain types in "
+            f"checkpoints, or allow that class with torch.serialization.add_safe_globals.") from None
         raise CheckpointError(f"{name} is unreadable (truncated or corrupt): {_load_failure(e).rstrip('.')}.") from None
 
 # %% ../nbs/01d4_checkpoint.ipynb #8f1abe3e
 def read_checkpoint(path:Union[str, Path], # one checkpoint file
-                    map_location='cpu', # where tensors land first; `load_state_dict` then moves them where the parameters are
+                    # where tensors land first; `load_state_dict` then moves them where the parameters are
+                    map_location='cpu',
                    ) -> dict:
     "Load one checkpoint file with `weights_only=True`, or raise `CheckpointError` saying what is wrong with it"
     path = Path(path)
     if not path.is_file(): raise CheckpointError(f"No checkpoint at {path}.")
-    # on the CPU first: Adam's `step` counters stay on the CPU as torch keeps them (on the GPU they would cost a sync per step)
+    # on the CPU first: Adam's `step` counters stay on the CPU as torch keeps them (on the GPU they would cost a sync
+    # per step)
     state = load_weights_only(path, map_location=map_location)
     if not isinstance(state, dict) or state.get('format') != 1 or 'model' not in state:
-        raise CheckpointError(f"{path} is not a ddp_nb checkpoint (no format/model entries): save it with save_checkpoint.")
+        raise CheckpointError(f"{path} is not a ddp_nb checkpoint (no format/model entries): "
+                              "save it with save_checkpoint.")
     return state
 
 # %% ../nbs/01d4_checkpoint.ipynb #3b5395be
@@ -175,7 +185,8 @@ def newest_good(found:list, # checkpoints, oldest first
                 check, # check(path): raises CheckpointError when that checkpoint is damaged
                 what:str, # what they are, for the error: 'checkpoints in ckpt/'
                ) -> Optional[str]:
-    "The newest of `found` that passes `check`, warning about each one skipped; None if there is none, an error if none passes"
+    ("The newest of `found` that passes `check`, warning about each one skipped; None if there is none, an error if "
+     "none passes")
     for p in reversed(found):
         try: check(p); return str(p)
         except UnsafeCheckpointError: raise   # refused, not damaged: the user decides, no silent step back
@@ -199,7 +210,8 @@ def _decide_on_0(f, # what rank 0 runs: it returns something small, or raises
     if not (together and dist.is_initialized()) or dist.get_rank() == 0:
         try: res = f()
         except CheckpointError as e: err = e
-        except Exception as e:  # the other ranks wait for rank 0's answer: any failure is sent to them, raised on every rank
+        # the other ranks wait for rank 0's answer: any failure is sent to them, raised on every rank
+        except Exception as e:
             _log.debug("choosing the checkpoint failed on rank 0", exc_info=True)
             err = CheckpointError(f"Choosing the checkpoint failed on rank 0: {type(e).__name__}: {e}")
     if together: res, err = _from_0((res, err))
@@ -220,20 +232,22 @@ def load_checkpoint(src:Union[str, Path], # a checkpoint file, or a folder (its 
     _barrier()  # a checkpoint being written is complete before anyone looks
     src = Path(src)
     if _sharded_folder(src):
-        raise CheckpointError(f"{src} holds sharded checkpoints (save_sharded): load them with ddp_nb.sharded.load_sharded "
-                              "(into a sharded or an unsharded model).")
+        raise CheckpointError(f"{src} holds sharded checkpoints (save_sharded): load them with "
+                              "ddp_nb.sharded.load_sharded (into a sharded or an unsharded model).")
     if _sharded_model(model):
-        raise CheckpointError(f"The model is sharded (FSDP2) and {src} is a single-file checkpoint: put its weights in with "
-                              "ddp_nb.sharded.load_full_into_sharded(path, model), or load it into the unsharded model.")
+        raise CheckpointError(f"The model is sharded (FSDP2) and {src} is a single-file checkpoint: put its weights "
+                              "in with ddp_nb.sharded.load_full_into_sharded(path, model), or load it into the "
+                              "unsharded model.")
     if src.is_dir() or not src.exists():
         path = _decide_on_0(lambda: _newest_readable(src))  # every rank loads the file rank 0 chose
         if path is None: return None
     else: path = str(src)
     state = read_checkpoint(path)
     if exact and state['world_size'] != ri.world_size:
-        raise CheckpointError(f"{path} was saved by {state['world_size']} ranks and this world has {ri.world_size}: the RNG "
-                              f"states and data positions are per rank. Start {state['world_size']} ranks to resume "
-                              f"exactly, or pass exact=False to restore the weights and optimizer and start the next epoch.")
+        raise CheckpointError(f"{path} was saved by {state['world_size']} ranks and this world has {ri.world_size}: "
+                              f"the RNG states and data positions are per rank. Start {state['world_size']} ranks to "
+                              f"resume exactly, or pass exact=False to restore the weights and optimizer and start the "
+                              f"next epoch.")
     try: unwrap(model).load_state_dict(state['model'])
     except RuntimeError as e:
         raise CheckpointError(f"{path} holds a different model than the one given:\n{e}\nLoad it into the model "

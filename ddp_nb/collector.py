@@ -27,29 +27,40 @@ class RankState:
         self.step, self.latest, self.progress, self.start, self.error, self.stop_eta = None, {}, {}, None, None, None
         self.rate = Tail(64, 'dq')  # (time, step) for steps/s, since the last idle gap
         self.flags = deque(maxlen=20)
-        self.active, self.first_step, self.last_t, self.was_active, self.gap = 0., None, None, False, False  # active time of the run
-        self.replaced, self.fresh = None, False  # the pid of the engine this one replaced; True until the new engine reports a point
+        # active time of the run
+        self.active, self.first_step, self.last_t, self.was_active, self.gap = 0., None, None, False, False
+        # the pid of the engine this one replaced; True until the new engine reports a point
+        self.replaced, self.fresh = None, False
         self.received, self.every = 0, 0.1  # points received from this engine; seconds between its batches
-        self.samples = [0., 0]  # samples reported in the run, and at how many steps: samples/s from their mean, not the last batch's
+        # samples reported in the run, and at how many steps: samples/s from their mean, not the last batch's
+        self.samples = [0., 0]
 
 # %% ../nbs/02f1_collector.ipynb #a2043215
 def _replacement(old:RankState, # the replaced engine's state
                  ranks:dict|None=None, # rank -> state, of every rank now
-                 slack:float=1.0, # seconds after the old engine's last message in which other ranks' points still came before the restart
+                 # seconds after the old engine's last message in which other ranks' points still came before
+                 # the restart
+                 slack:float=1.0,
                 ) -> RankState:
-    "The state of a new engine in `old`'s rank (cl.restart): none of the old numbers; the step its run had reached when the old engine ended decides its first point's run"
+    ("The state of a new engine in `old`'s rank (cl.restart): none of the old numbers; the step its run had reached "
+     "when the old engine ended decides its first point's run")
     rs = RankState(old.rank)
-    end = (old.last_t or old.seen) + slack  # the old engine ended about when it sent its last message (heartbeats: every batch interval)
+    # the old engine ended about when it sent its last message (heartbeats: every batch interval)
+    end = (old.last_t or old.seen) + slack
     reached = [s.step for s in [old, *(ranks or {}).values()]
-               if s.run == old.run and s.step is not None and (s is old or (s.rate and s.rate[-1][0] <= end))]  # (not what came after)
-    rs.run, rs.replaced, rs.fresh, rs.reached = old.run, old.pid, True, max(reached, default=None)  # (`Collector._run_of_new_engine`)
+               # (not what came after)
+               if s.run == old.run and s.step is not None and (s is old or (s.rate and s.rate[-1][0] <= end))]
+    # (`Collector._run_of_new_engine`)
+    rs.run, rs.replaced, rs.fresh, rs.reached = old.run, old.pid, True, max(reached, default=None)
     return rs
 
 # %% ../nbs/02f1_collector.ipynb #5ddaf088
 def _copy_state(s:RankState) -> RankState:
     "A copy of a rank's state that the collector thread will not change"
-    c = RankState.__new__(RankState); c.__dict__.update(s.__dict__)  # copy.copy's reduce protocol costs twice as much: 1,024 ranks a frame
-    c.rate, c.flags, c.latest, c.progress, c.load = s.rate.copy(), deque(s.flags), dict(s.latest), dict(s.progress), dict(s.load)
+    # copy.copy's reduce protocol costs twice as much: 1,024 ranks a frame
+    c = RankState.__new__(RankState); c.__dict__.update(s.__dict__)
+    c.rate, c.flags = s.rate.copy(), deque(s.flags)
+    c.latest, c.progress, c.load = dict(s.latest), dict(s.progress), dict(s.load)
     return c
 
 # %% ../nbs/02f1_collector.ipynb #0d95ce79
@@ -57,12 +68,15 @@ class Snapshot:
     "The collector's state at one moment — header, plot and table are all drawn from one of these, so they agree"
     def __init__(self, t:float, version:int, newest:float, ranks:dict, run:int, series:dict, stopped:bool,
                  bands:dict|None=None, # {metric: Band} of the run, for the view of many ranks
-                 outliers:dict|None=None, # {metric: [(rank, deviation)]}, most deviating first: the only series copied then
+                 # {metric: [(rank, deviation)]}, most deviating first: the only series copied then
+                 outliers:dict|None=None,
                  deviation:dict|None=None, # {rank: its largest deviation over the metrics}
                  dropped:dict|None=None, # {why: count} of messages the collector refused: foreign, invalid, replayed
                 ):
-        self.t, self.version, self.newest, self.ranks, self.run, self.series, self.stopped = t, version, newest, ranks, run, series, stopped
-        self.bands, self.outliers, self.deviation, self.dropped = bands or {}, outliers or {}, deviation or {}, dropped or {}
+        self.t, self.version, self.newest, self.ranks, self.run = t, version, newest, ranks, run
+        self.series, self.stopped = series, stopped
+        self.bands, self.outliers = bands or {}, outliers or {}
+        self.deviation, self.dropped = deviation or {}, dropped or {}
     def current(self) -> list:
         "States of the ranks that reported a step in the current run, by rank"
         return [s for _, s in sorted(self.ranks.items()) if s.run == self.run and s.step is not None]
@@ -72,7 +86,8 @@ class Collector:
     "Receives the engines' report batches in a daemon thread, keeps the history and tells listeners"
     def __init__(self,
                  host:str='127.0.0.1', # address the PULL socket binds to; engines connect there
-                 secret:bytes|None=None, # the cluster's secret (`compat_ipp.session_key`); None: a random one (tests, one process)
+                 # the cluster's secret (`compat_ipp.session_key`); None: a random one (tests, one process)
+                 secret:bytes|None=None,
                  world:int|None=None, # ranks of the cluster: a batch from any other rank is refused
                  cap:int=2048, # points kept per series
                  tick:float=0.05, # seconds between listener calls
@@ -84,12 +99,16 @@ class Collector:
         self.sock = self.ctx.socket(zmq.PULL)
         self.sock.setsockopt(zmq.LINGER, 0)
         self.sock.setsockopt(zmq.MAXMSGSIZE, MAX_BATCH + 32)  # a bigger frame closes its connection unread
-        self.sock.setsockopt(zmq.RCVHWM, 8)  # per connection: 8 MiB waiting at most (64 let 8 flooding connections hold 450 MiB); a rank's backlog waits on its side
+        # per connection: 8 MiB waiting at most (64 let 8 flooding connections hold 450 MiB); a rank's backlog waits
+        # on its side
+        self.sock.setsockopt(zmq.RCVHWM, 8)
         self.addr = f"tcp://{host}:{self.sock.bind_to_random_port(f'tcp://{host}')}"
-        self.dropped, self.seqs = dict(foreign=0, invalid=0, replayed=0), {}  # refused messages; {rank: {sid: newest seq}} of its last 8 reporters
+        # refused messages; {rank: {sid: newest seq}} of its last 8 reporters
+        self.dropped, self.seqs = dict(foreign=0, invalid=0, replayed=0), {}
         self.history, self.ranks, self.listeners, self.tick = History(cap), {}, [], tick
         self.finals = []  # called once by close(), after the thread ended: the dashboards' last frames
-        self.version, self.received, self.newest_t, self.lock, self.errors, self.stopped = 0, 0, 0., threading.RLock(), set(), False
+        self.version, self.received, self.newest_t, self.stopped = 0, 0, 0., False
+        self.lock, self.errors = threading.RLock(), set()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True, name='ddp_nb-collector')
         self._thread.start()
@@ -97,18 +116,20 @@ class Collector:
 # %% ../nbs/02f1_collector.ipynb #9059cb9d
 @patch
 def _ingest(self:Collector, msg:bytes):
-    "Take one message as the socket delivers it: signed (`report.sign`), checked, then folded into the rank states and the history"
+    ("Take one message as the socket delivers it: signed (`report.sign`), checked, then folded into the rank states "
+     "and the history")
     self._take([msg], time.time())
 
 # %% ../nbs/02f1_collector.ipynb #c1ea9ad2
 @patch
 def _open(self:Collector, m:bytes) -> dict|None:
-    "The decoded batch in message `m` if it is signed with this collector's key, valid, from a rank of the world and not seen before; else None, counted"
+    ("The decoded batch in message `m` if it is signed with this collector's key, valid, from a rank of the world and "
+     "not seen before; else None, counted")
     body = unsign(self.key, m)
     if body is None:
         self.dropped['foreign'] += 1
-        self._complain(f"ddp_nb collector: ignoring messages not signed by this cluster's ranks (another process sent them to {self.addr}); "
-                       "they are counted, and the dashboard says so")
+        self._complain(f"ddp_nb collector: ignoring messages not signed by this cluster's ranks (another process sent "
+                       f"them to {self.addr}); they are counted, and the dashboard says so")
         return None
     try:
         b = decode(body)
@@ -122,7 +143,8 @@ def _open(self:Collector, m:bytes) -> dict|None:
         return None
     sid, seq = b.get('sid'), b.get('seq', 0)
     if sid is not None:
-        seen = self.seqs.setdefault(b['rank'], {})  # {sid: newest seq} of the rank's reporters (one per connect), the newest last
+        # {sid: newest seq} of the rank's reporters (one per connect), the newest last
+        seen = self.seqs.setdefault(b['rank'], {})
         if seq <= seen.get(sid, -1): self.dropped['replayed'] += 1; return None
         seen.pop(sid, None); seen[sid] = seq
         if len(seen) > 8: del seen[next(iter(seen))]  # bounded: a rank sending new sids grew this without end
@@ -147,9 +169,11 @@ def _fold(self:Collector, msg:dict, now:float|None=None):
     r, steps = msg['rank'], msg['steps']
     rs = self.ranks.get(r)
     if rs is None: rs = self.ranks[r] = RankState(r)
-    if rs.pid is not None and msg['pid'] != rs.pid: rs = self.ranks[r] = _replacement(rs, self.ranks)  # cl.restart gave the rank a new engine
+    # cl.restart gave the rank a new engine
+    if rs.pid is not None and msg['pid'] != rs.pid: rs = self.ranks[r] = _replacement(rs, self.ranks)
     rs.pid, rs.host, rs.seen, rs.busy = msg['pid'], msg['host'], now or time.time(), msg['busy']
-    rs.stop_eta, rs.every = msg.get('stop_eta'), msg.get('every', 0.1)  # inside a cooperative stop region: how long a stop would take
+    # inside a cooperative stop region: how long a stop would take
+    rs.stop_eta, rs.every = msg.get('stop_eta'), msg.get('every', 0.1)
     load, flags = msg.get('load'), msg.get('flags')
     if load is not None: rs.load = load
     rs.error = msg.get('error')
@@ -162,7 +186,8 @@ def _fold(self:Collector, msg:dict, now:float|None=None):
         if flags: self.version += 1
         return  # a heartbeat alone is no news
     back, n = msg['back'], len(steps)  # where the step went back inside the batch (equal: more metrics, same step)
-    if rs.fresh: new, rs.run, rs.fresh = False, self._run_of_new_engine(rs, steps[0]), False  # cl.restart: the run the others are in
+    # cl.restart: the run the others are in
+    if rs.fresh: new, rs.run, rs.fresh = False, self._run_of_new_engine(rs, steps[0]), False
     else: new = rs.step is not None and steps[0] < rs.step  # the step went back since the last batch: a new run
     for a, b in zip([0] + back, back + [n]): self._fold_run(rs, msg, a, b, a > 0 or new)
     self.newest_t = max(self.newest_t, msg['ts'][-1])
@@ -174,11 +199,13 @@ def _fold(self:Collector, msg:dict, now:float|None=None):
 def _run_of_new_engine(self:Collector, rs:RankState, # a new engine's state (`_replacement`), before its first point
                        first:int, # the step of its first point
                       ) -> int:
-    "A new engine's run (cl.restart): the newer run the other ranks moved to since, else the next run if `first` goes back from the step the old run had reached, else the old run"
+    ("A new engine's run (cl.restart): the newer run the other ranks moved to since, else the next run if `first` "
+     "goes back from the step the old run had reached, else the old run")
     newest = max((s.run for s in self.ranks.values() if s is not rs and s.step is not None), default=rs.run)
     if newest > rs.run: return newest  # they started again first: join them
     reached = getattr(rs, 'reached', None)
-    return rs.run + 1 if reached is not None and first < reached else rs.run  # back to an earlier step: the next run, the others follow
+    # back to an earlier step: the next run, the others follow
+    return rs.run + 1 if reached is not None and first < reached else rs.run
 
 # %% ../nbs/02f1_collector.ipynb #b7c11549
 @patch
@@ -190,7 +217,8 @@ def _fold_run(self:Collector, rs:RankState, msg:dict, a:int, b:int, new:bool):
     whole = a == 0 and b == len(msg['steps'])
     steps, ts = (msg['steps'], msg['ts']) if whole else (msg['steps'][a:b], msg['ts'][a:b])
     if rs.gap:
-        if rs.rate and ts[0] - rs.rate[-1][0] > IDLE_GAP: rs.rate.clear()  # a pause between cells: rate from the new points
+        # a pause between cells: rate from the new points
+        if rs.rate and ts[0] - rs.rate[-1][0] > IDLE_GAP: rs.rate.clear()
         rs.gap = False
     if rs.start is None: rs.start, rs.first_step = ts[0], steps[0]
     rs.step = steps[-1]
@@ -217,7 +245,8 @@ def deviation(s:Series, # one rank's series of a metric
               band:Band, # that metric across ranks
               quorum:int=2, # ranks that must have reported a step to compare with its mean
              ) -> float:
-    "How many standard deviations across ranks this rank's newest value (at a step enough ranks reported) is from their mean"
+    ("How many standard deviations across ranks this rank's newest value (at a step enough ranks reported) is from "
+     "their mean")
     for step, v in reversed(s.tail):
         n, m, sd = band.mean(step)
         if n < quorum: continue
@@ -229,17 +258,20 @@ def deviation(s:Series, # one rank's series of a metric
 @patch
 def snapshot(self:Collector,
              series:bool=True, # copy the current run's series too (the plot needs them; status checks do not)
-             lines:int|None=None, # many ranks: copy only the `lines` most deviating ranks' series per metric, and the bands
+             # many ranks: copy only the `lines` most deviating ranks' series per metric, and the bands
+             lines:int|None=None,
             ) -> Snapshot:
     "A consistent copy of every rank's state and the current run's series, taken under the lock"
     with self.lock:
         ranks = {r: _copy_state(s) for r, s in self.ranks.items()}
         run = max((s.run for s in ranks.values() if s.step is not None), default=0)
         if not series or lines is None:
-            return Snapshot(time.time(), self.version, self.newest_t, ranks, run, self.history.of(run) if series else {}, self.stopped,
+            ser = self.history.of(run) if series else {}
+            return Snapshot(time.time(), self.version, self.newest_t, ranks, run, ser, self.stopped,
                             dropped=dict(self.dropped))
         ser, bands, outliers, dev = self._summary(run, lines)
-        return Snapshot(time.time(), self.version, self.newest_t, ranks, run, ser, self.stopped, bands, outliers, dev, dict(self.dropped))
+        return Snapshot(time.time(), self.version, self.newest_t, ranks, run, ser, self.stopped, bands, outliers, dev,
+                        dict(self.dropped))
 
 # %% ../nbs/02f1_collector.ipynb #06036c9c
 @patch
@@ -266,14 +298,17 @@ def _summary(self:Collector, run:int, lines:int) -> tuple:
 def _loop(self:Collector):
     "Receive batches; call the listeners every `tick` seconds"
     import zmq
-    try: os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 5)  # Linux: this thread only; ranks on this host come first
-    except (OSError, AttributeError): pass  # not Linux, or not allowed: a hint only, the thread runs at the usual priority
+    # Linux: this thread only; ranks on this host come first
+    try: os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 5)
+    # not Linux, or not allowed: a hint only, the thread runs at the usual priority
+    except (OSError, AttributeError): pass
     last = 0.
     while not self._stop.is_set():
         try:
             if self.sock.poll(int(self.tick * 1000)): self._drain(zmq)
         except zmq.ZMQError as e:  # the socket or its context ended: nothing more can arrive
-            if not self._stop.is_set(): _log.warning("ddp_nb collector: its socket failed (%s); the dashboard stops updating", e)
+            if not self._stop.is_set():
+                _log.warning("ddp_nb collector: its socket failed (%s); the dashboard stops updating", e)
             break
         if time.monotonic() - last >= self.tick:
             last = time.monotonic()
@@ -283,9 +318,11 @@ def _loop(self:Collector):
 # %% ../nbs/02f1_collector.ipynb #390ea0a0
 @patch
 def _drain(self:Collector, zmq, most:int=1000, size:int=16 * MAX_BATCH):
-    "Fold up to `most` waiting batches, `size` bytes at most, under one lock (1,024 ranks send 2,000 a second: per-batch overheads add up)"
+    ("Fold up to `most` waiting batches, `size` bytes at most, under one lock (1,024 ranks send 2,000 a second: "
+     "per-batch overheads add up)")
     raw, n = [], 0
-    while len(raw) < most and n < size:  # bytes too: a flood of 1 MiB frames held 1,000 of them here (1 GiB) before the first was read
+    # bytes too: a flood of 1 MiB frames held 1,000 of them here (1 GiB) before the first was read
+    while len(raw) < most and n < size:
         try: raw.append(self.sock.recv(flags=zmq.NOBLOCK)); n += len(raw[-1])
         except zmq.Again: break
     self._take(raw, time.time())
@@ -319,23 +356,28 @@ def close(self:Collector):
     self.finals.clear()
 
 # %% ../nbs/02f1_collector.ipynb #8edd7c6e
-MIN_RATE_SPAN = 0.5  # seconds of points a rate is measured over at least: two reports 0.1 ms apart are no 10,000 steps/s
+# seconds of points a rate is measured over at least: two reports 0.1 ms apart are no 10,000 steps/s
+MIN_RATE_SPAN = 0.5
 
 def progress(cur:list[RankState], # the current run's ranks (`Snapshot.current()`)
             ) -> dict:
-    "Step, total, epoch, steps/s, samples/s, ETA and elapsed of the current run; elapsed and rates count active time only"
+    ("Step, total, epoch, steps/s, samples/s, ETA and elapsed of the current run; elapsed and rates count active time "
+     "only")
     if not cur: return {}
     step = min(s.step for s in cur)  # the slowest rank sets the pace
     p = dict(run=cur[0].run, step=step, total=int(max((s.progress.get('total', 0) for s in cur), default=0)) or None,
              epoch=max((s.progress.get('epoch', -1) for s in cur), default=-1), rate=None, samples_per_s=None, eta=None)
     if p['epoch'] < 0: p['epoch'] = None
-    p['elapsed'] = max(s.active for s in cur)  # time cells ran since the run's first point, not the idle time between them
+    # time cells ran since the run's first point, not the idle time between them
+    p['elapsed'] = max(s.active for s in cur)
     r0 = max(cur, key=lambda s: len(s.rate))
     (t0, s0), (t1, s1) = r0.rate[0], r0.rate[-1]
-    if t1 - t0 >= MIN_RATE_SPAN and s1 > s0: p['rate'] = (s1 - s0) / (t1 - t0)  # the recent window, since the last idle gap
+    # the recent window, since the last idle gap
+    if t1 - t0 >= MIN_RATE_SPAN and s1 > s0: p['rate'] = (s1 - s0) / (t1 - t0)
     elif p['elapsed'] > 0 and step > r0.first_step: p['rate'] = (step - r0.first_step) / p['elapsed']
     if p['rate']:
-        spl = sum(s.samples[0] / s.samples[1] for s in cur if s.samples[1])  # samples a step, all ranks (an epoch's short last batch is no new size)
+        # samples a step, all ranks (an epoch's short last batch is no new size)
+        spl = sum(s.samples[0] / s.samples[1] for s in cur if s.samples[1])
         p['samples_per_s'] = p['rate'] * spl if spl else None
         if p['total']: p['eta'] = max(0., (p['total'] - 1 - step) / p['rate'])
     return p

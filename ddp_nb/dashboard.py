@@ -16,7 +16,8 @@ from .plot import *
 _log = logging.getLogger('ddp_nb')
 _all_ = ['Tail', 'Series', 'Band', 'History', 'IDLE_GAP', 'RankState', 'Snapshot', 'Collector', 'deviation',
          'MIN_RATE_SPAN', 'progress', 'mean_line', 'PLOT_MAX', 'auto_logy', 'plot_limits', 'limits_hold',
-         'is_breakdown', 'plot_data', 'band_data', 'Plot', 'mpl_color', 'plot_svg']  # the parts' names, as before the split
+         # the parts' names, as before the split
+         'is_breakdown', 'plot_data', 'band_data', 'Plot', 'mpl_color', 'plot_svg']
 
 # %% auto #0
 __all__ = ['STATUS_COLORS', 'DARK_COLORS', 'theme_css', 'rank_status', 'Dashboard', 'status_summary', 'head_line',
@@ -35,19 +36,24 @@ def _fmt_load(load:dict) -> str:
     "GPU utilisation and memory when sampled, else CPU % and RSS, labelled"
     if not load: return '—'
     if 'gpu' in load: return f"GPU {load['gpu']:.0f}% · {load['gpu_mem']/2**30:.1f}/{load['gpu_total']/2**30:.0f} GB"
-    return f"CPU {load['cpu']:.0f}% · RSS {load['rss']/2**20:.0f} MB" + (' · no GPU load' if load.get('gpu_note') else '')
+    note = ' · no GPU load' if load.get('gpu_note') else ''
+    return f"CPU {load['cpu']:.0f}% · RSS {load['rss']/2**20:.0f} MB{note}"
 
 # %% ../nbs/02f3_dashboard.ipynb #5320c5b0
-STATUS_COLORS = dict(running='#1a7f37', idle='#57606a', error='#cf222e', dead='#cf222e', silent='#9a6700', waiting='#57606a',
-                     replaced='#8250df', stopped='#57606a')
-DARK_COLORS = dict(running='#3fb950', idle='#9198a1', error='#f85149', dead='#f85149', silent='#d29922', waiting='#9198a1',
-                   replaced='#a371f7', stopped='#9198a1')  # the same statuses, readable on a dark background
-_DARK = ("body[data-jp-theme-light='false'] .ddp-nb-frame", "body.vscode-dark .ddp-nb-frame")  # JupyterLab's and VS Code's dark themes
+STATUS_COLORS = dict(running='#1a7f37', idle='#57606a', error='#cf222e', dead='#cf222e', silent='#9a6700',
+                     waiting='#57606a', replaced='#8250df', stopped='#57606a')
+# the same statuses, readable on a dark background
+DARK_COLORS = dict(running='#3fb950', idle='#9198a1', error='#f85149', dead='#f85149', silent='#d29922',
+                   waiting='#9198a1', replaced='#a371f7', stopped='#9198a1')
+# JupyterLab's and VS Code's dark themes
+_DARK = ("body[data-jp-theme-light='false'] .ddp-nb-frame", "body.vscode-dark .ddp-nb-frame")
 
 def theme_css() -> str:
-    "A <style> that keeps the dashboard readable in dark themes: the plot's colours inverted (hues kept), brighter status colours"
+    ("A <style> that keeps the dashboard readable in dark themes: the plot's colours inverted (hues kept), brighter "
+     "status colours")
     rule = lambda sel, body: ','.join(f"{d} {sel}" for d in _DARK) + '{' + body + '}'
-    return ('<style>' + rule('.ddp-nb-plot', 'filter:invert(0.88) hue-rotate(180deg)') + rule('.ddp-nb-warn', 'color:#f85149 !important')
+    return ('<style>' + rule('.ddp-nb-plot', 'filter:invert(0.88) hue-rotate(180deg)')
+            + rule('.ddp-nb-warn', 'color:#f85149 !important')
             + ''.join(rule(f"[data-st='{st}']", f'color:{c} !important') for st, c in DARK_COLORS.items()) + '</style>')
 
 # %% ../nbs/02f3_dashboard.ipynb #0ea2092e
@@ -58,7 +64,8 @@ def rank_status(s:RankState|None, # what the reports said, None if the rank neve
                 stopped:bool=False, # the cluster was stopped (`cl.stop()`)
                 alive:dict|None=None, # pid -> alive, shared by the calls of one frame: each local pid is checked once
                ) -> str:
-    "running, idle, error, dead, silent (no heartbeat for 3 s or 3 batch intervals), waiting (no report yet), replaced (a new engine, idle, no report yet) or stopped"
+    ("running, idle, error, dead, silent (no heartbeat for 3 s or 3 batch intervals), waiting (no report yet), "
+     "replaced (a new engine, idle, no report yet) or stopped")
     if stopped: return 'stopped'
     if task == 'dead': return 'dead'
     if s is not None and s.host == local_host and s.pid:
@@ -67,7 +74,8 @@ def rank_status(s:RankState|None, # what the reports said, None if the rank neve
         if not alive[s.pid]: return 'dead'
     if task == 'error' or (s is not None and s.error): return 'error'
     if s is not None and now - s.seen > max(3., 3 * s.every): return 'silent'  # 2,000 ranks send a batch every 2 s
-    if task == 'running' or (s is not None and s.busy and task != 'idle'): return 'running'  # the cluster knows a cell ended: no 2 s of 'running' after it
+    # the cluster knows a cell ended: no 2 s of 'running' after it
+    if task == 'running' or (s is not None and s.busy and task != 'idle'): return 'running'
     if s is not None and s.fresh: return 'replaced'
     return 'idle' if s is not None or task == 'idle' else 'waiting'
 
@@ -81,18 +89,23 @@ def _frontend() -> bool:
 
 # %% ../nbs/02f3_dashboard.ipynb #2846063d
 class Dashboard:
-    "Loss, progress, status and load of every rank, redrawn live from the collector's thread, each frame from one snapshot"
+    ("Loss, progress, status and load of every rank, redrawn live from the collector's thread, each frame from one "
+     "snapshot")
     def __init__(self,
                  collector:Collector,
                  world_size:int, # ranks expected
                  task_status=None, # callable -> {rank: 'running'|'idle'|'error'|'dead'}, from the cluster
                  mode:str|None=None, # 'widget', 'text', or None: widgets under a Jupyter frontend, text elsewhere
-                 every:float|None=None, # seconds between widget redraws at least (more when a redraw is slow: ~5% of a core at most); None: 0.3, 1 with many ranks
+                 # seconds between widget redraws at least (more when a redraw is slow: ~5% of a core at most);
+                 # None: 0.3, 1 with many ranks
+                 every:float|None=None,
                  text_every:float=5.0, # seconds between text lines at most
                  out=None, # where text lines go (default sys.stdout)
-                 logy:bool|None=None, # log y axes; None: each panel whose values are positive and span two decades or more
+                 # log y axes; None: each panel whose values are positive and span two decades or more
+                 logy:bool|None=None,
                  many:int=16, # more ranks than this: mean and min–max band, the most deviating ranks, a compact table
-                 lines:int=5, # ranks drawn as lines of their own when there are many: those deviating most from the mean
+                 # ranks drawn as lines of their own when there are many: those deviating most from the mean
+                 lines:int=5,
                  rows:int=12, # rows of the compact table: dead, failed, silent ranks first, then the most deviating
                 ):
         if mode not in (None, 'widget', 'text'): raise ValueError(f"mode={mode!r}: use 'widget', 'text' or None.")
@@ -134,7 +147,8 @@ def _statuses(self:Dashboard, snap:Snapshot|None=None) -> dict:
     "rank -> status string (from `snap`, or the collector's state now)"
     ranks, stopped = (snap.ranks, snap.stopped) if snap is not None else (self.col.ranks, self.col.stopped)
     try: tasks = {} if stopped else (self.task_status() or {})
-    except Exception as e:  # the client's state, read from this thread while the kernel changes it: a hint, the reports remain
+    # the client's state, read from this thread while the kernel changes it: a hint, the reports remain
+    except Exception as e:
         tasks = {}; self._once(f"ddp_nb dashboard: the cluster's task status failed: {e!r:.200}", e, logging.DEBUG)
     now = time.time()
     alive = {}
@@ -143,7 +157,8 @@ def _statuses(self:Dashboard, snap:Snapshot|None=None) -> dict:
 # %% ../nbs/02f3_dashboard.ipynb #210b052a
 @patch
 def snapshot(self:Dashboard, series:bool=True) -> Snapshot:
-    "The collector's state now, as this dashboard draws it: with many ranks only the bands and the most deviating ranks' series"
+    ("The collector's state now, as this dashboard draws it: with many ranks only the bands and the most deviating "
+     "ranks' series")
     return self.col.snapshot(series, lines=self.lines if self.big else None)
 
 # %% ../nbs/02f3_dashboard.ipynb #00403b58
@@ -153,12 +168,14 @@ def status_summary(statuses:dict, # rank -> status
     c = {}
     for st in statuses.values(): c[st] = c.get(st, 0) + 1
     order = list(STATUS_COLORS)
-    return ' · '.join(f"{k:,} {st}" for st, k in sorted(c.items(), key=lambda x: (-x[1], order.index(x[0]) if x[0] in order else 99)))
+    rank = lambda x: (-x[1], order.index(x[0]) if x[0] in order else 99)  # most first, then as in STATUS_COLORS
+    return ' · '.join(f"{k:,} {st}" for st, k in sorted(c.items(), key=rank))
 
 # %% ../nbs/02f3_dashboard.ipynb #c8145241
 def _ranks_text(rs:list) -> str:
     "A few ranks by number, and how many: 'ranks 0, 1, 2, … (1,024 ranks)'"
-    return f"rank {rs[0]}" if len(rs) == 1 else f"ranks {', '.join(map(str, rs[:3]))}{', …' if len(rs) > 3 else ''} ({len(rs):,} ranks)"
+    if len(rs) == 1: return f"rank {rs[0]}"
+    return f"ranks {', '.join(map(str, rs[:3]))}{', …' if len(rs) > 3 else ''} ({len(rs):,} ranks)"
 
 # %% ../nbs/02f3_dashboard.ipynb #06df0f99
 def head_line(snap:Snapshot) -> str:
@@ -167,10 +184,14 @@ def head_line(snap:Snapshot) -> str:
     p = progress(cur)
     if not p: return 'stopped: no rank reported' if snap.stopped else 'waiting for report(...) from the ranks'
     done = min(p['step'] + 1, p['total']) if p['total'] else None  # steps count from 0: step s means s + 1 done
-    parts = [f"run {p['run']}", f"step {p['step']}" + (f" · {done}/{p['total']} done ({100 * done / p['total']:.0f}%)" if done else '')]
+    parts = [f"run {p['run']}",
+             f"step {p['step']}" + (f" · {done}/{p['total']} done ({100 * done / p['total']:.0f}%)" if done else '')]
     if p['epoch'] is not None: parts.append(f"epoch {p['epoch']:g}")
-    if p['rate']: parts.append(f"{p['rate']:.1f} steps/s" + (f" · {p['samples_per_s']:,.0f} samples/s" if p['samples_per_s'] else ''))
-    if p['eta'] is not None and not snap.stopped and any(s.busy for s in cur) and not (p['total'] and p['step'] + 1 >= p['total']):
+    if p['rate']:
+        sps = f" · {p['samples_per_s']:,.0f} samples/s" if p['samples_per_s'] else ''
+        parts.append(f"{p['rate']:.1f} steps/s{sps}")
+    finished = p['total'] and p['step'] + 1 >= p['total']
+    if p['eta'] is not None and not snap.stopped and any(s.busy for s in cur) and not finished:
         parts.append(f"ETA {_fmt_time(p['eta'])}")  # none once the ranks went quiet (a stop, the cell's end)
     parts.append(f"elapsed {_fmt_time(p['elapsed'])}")
     for k in sorted({k for s in cur for k in s.latest}, key=lambda n: (n != 'loss', n))[:3]:
@@ -189,14 +210,16 @@ def warning_lines(snap:Snapshot,
     fl = sorted(((s.rank,) + f for s in ranks for f in s.flags), key=lambda f: f[1])[-5:]
     errs = [(s.rank, s.error[1]) for s in ranks if s.error]
     n = sum(snap.dropped.values())
-    refused = [f"ignored {n:,} message{'s' * (n != 1)} sent to the dashboard that {'were' if n != 1 else 'was'} not this cluster's "
-               f"({', '.join(f'{k} {v:,}' for k, v in snap.dropped.items() if v)}): another process reached its port"] if n else []
+    why = ', '.join(f'{k} {v:,}' for k, v in snap.dropped.items() if v)
+    refused = [f"ignored {n:,} message{'s' * (n != 1)} sent to the dashboard that {'were' if n != 1 else 'was'} "
+               f"not this cluster's ({why}): another process reached its port"] if n else []
+    flagged = [f"rank {r} step {st}: {k} = {v}" for r, st, k, v in fl]
     if compact:
         by = lambda pairs: {m: [r for r, m2 in pairs if m2 == m] for m in dict.fromkeys(m for _, m in pairs)}
-        return refused + ([f"GPU load unavailable on {_ranks_text(rs)}: {m}" for m, rs in by(gpu).items()] +
-                [f"{_ranks_text(rs)} failed: {m}" for m, rs in by(errs).items()] + [f"rank {r} step {st}: {k} = {why}" for r, st, k, why in fl])
-    return refused + ([f"GPU load unavailable on rank {r}: {m}" for r, m in gpu] + [f"rank {r} failed: {m}" for r, m in errs] +
-            [f"rank {r} step {st}: {k} = {why}" for r, st, k, why in fl])
+        return (refused + [f"GPU load unavailable on {_ranks_text(rs)}: {m}" for m, rs in by(gpu).items()]
+                + [f"{_ranks_text(rs)} failed: {m}" for m, rs in by(errs).items()] + flagged)
+    return (refused + [f"GPU load unavailable on rank {r}: {m}" for r, m in gpu]
+            + [f"rank {r} failed: {m}" for r, m in errs] + flagged)
 
 # %% ../nbs/02f3_dashboard.ipynb #79d59caa
 @patch
@@ -207,7 +230,8 @@ def flags_text(self:Dashboard) -> list[str]:
 # %% ../nbs/02f3_dashboard.ipynb #a6d0a38f
 @patch
 def _verdict(self:Dashboard, every:float=2.0) -> list[str]:
-    "The straggler verdict (`timing.straggler_verdict`) when ranks report a step breakdown, recomputed at most every `every` s"
+    ("The straggler verdict (`timing.straggler_verdict`) when ranks report a step breakdown, recomputed at most every "
+     "`every` s")
     now = time.monotonic()
     if now - getattr(self, '_t_verdict', 0.) >= every:
         self._t_verdict = now
@@ -226,11 +250,13 @@ def header_text(self:Dashboard) -> str:
     return head_line(self.col.snapshot(series=False))
 
 # %% ../nbs/02f3_dashboard.ipynb #3c36f04d
-_COL = dict(rank='4.5em', status='6.5em', step='6.5em', metric='7.5em', load='20em')  # fixed: columns never move or collide
+# fixed: columns never move or collide
+_COL = dict(rank='4.5em', status='6.5em', step='6.5em', metric='7.5em', load='20em')
 
 def _metric_cols(snap:Snapshot) -> list[str]:
     "The (at most 2) latest metrics the table shows, loss first"
-    return sorted({k for s in snap.current() for k in s.latest if not is_breakdown(k)}, key=lambda n: (n != 'loss', n))[:2] or ['loss']
+    names = {k for s in snap.current() for k in s.latest if not is_breakdown(k)}
+    return sorted(names, key=lambda n: (n != 'loss', n))[:2] or ['loss']
 
 # %% ../nbs/02f3_dashboard.ipynb #566f398e
 _FIRST = ('dead', 'error', 'silent', 'replaced', 'waiting')  # a compact table lists these first, in this order
@@ -239,7 +265,8 @@ def compact_ranks(statuses:dict, # rank -> status
                   deviation:dict, # rank -> how far its metrics are from the mean across ranks (`Snapshot.deviation`)
                   rows:int=12, # at most this many
                  ) -> list:
-    "The ranks a compact table lists: dead, failed, silent (then new, waiting) first, then those deviating most from the mean"
+    ("The ranks a compact table lists: dead, failed, silent (then new, waiting) first, then those deviating most from "
+     "the mean")
     first = sorted((r for r, st in statuses.items() if st in _FIRST), key=lambda r: (_FIRST.index(statuses[r]), r))
     rest = sorted((r for r, st in statuses.items() if st not in _FIRST), key=lambda r: (-deviation.get(r, 0.), r))
     return (first + rest)[:rows]
@@ -248,13 +275,16 @@ def compact_ranks(statuses:dict, # rank -> status
 def rank_table(snap:Snapshot, statuses:dict,
                ranks:list|None=None, # the ranks to list, in this order (None: every rank)
               ) -> str:
-    "The rank table: rank, status, step, latest metrics, load; fixed column widths; numbers of stopped or dead ranks greyed"
+    ("The rank table: rank, status, step, latest metrics, load; fixed column widths; numbers of stopped or dead ranks "
+     "greyed")
     mets = _metric_cols(snap)
     widths = [_COL['rank'], _COL['status'], _COL['step']] + [_COL['metric']] * len(mets) + [_COL['load']]
     total = sum(float(w[:-2]) for w in widths)
     cols = ''.join(f"<col style='width:{w}'>" for w in widths)
-    th = "style='text-align:left;padding:2px 8px;border-bottom:1px solid #d0d7de;overflow:hidden;white-space:nowrap;text-overflow:ellipsis'"
-    head = ''.join(f"<th {th} title='{html.escape(h)}'>{html.escape(h)}</th>" for h in ['rank', 'status', 'step'] + mets + ['load (own host)'])  # names come from the ranks: escaped
+    th = ("style='text-align:left;padding:2px 8px;border-bottom:1px solid #d0d7de;overflow:hidden;white-space:nowrap;"
+          "text-overflow:ellipsis'")
+    head = ''.join(f"<th {th} title='{html.escape(h)}'>{html.escape(h)}</th>"  # names come from the ranks: escaped
+                   for h in ['rank', 'status', 'step'] + mets + ['load (own host)'])
     rows = []
     for r in (statuses if ranks is None else ranks):
         st, s = statuses[r], snap.ranks.get(r)
@@ -264,20 +294,25 @@ def rank_table(snap:Snapshot, statuses:dict,
         vals = [f"<td {td}>{'' if s is None or k not in s.latest else f'{s.latest[k]:.4g}'}</td>" for k in mets]
         live = st in ('running', 'idle', 'error', 'silent')
         load = _fmt_load(s.load) if s is not None and live else '—'
-        new = (f" <span title='a new engine (cl.restart) replaced pid {int(s.replaced)}' style='color:{STATUS_COLORS['replaced']}'>new</span>"
-               if s is not None and s.replaced else '')
+        new = (f" <span title='a new engine (cl.restart) replaced pid {int(s.replaced)}' "
+               f"style='color:{STATUS_COLORS['replaced']}'>new</span>" if s is not None and s.replaced else '')
         grey = '' if live or st in ('waiting', 'replaced') else ";color:#8c959f"
-        rows.append(f"<tr class='ddp-nb-rank' data-rank='{r}' data-status='{st}' style='font-variant-numeric:tabular-nums{grey}'>"
-                    f"<td {td}>{r}{new}</td><td {td} class='ddp-nb-status'><b data-st='{st}' style='color:{STATUS_COLORS[st]}'>{st}</b></td>"
-                    f"<td {td} class='ddp-nb-step'" + (f" data-step='{s.step}'" if cur else '') + f">{step}</td>{''.join(vals)}"
+        rows.append(f"<tr class='ddp-nb-rank' data-rank='{r}' data-status='{st}' "
+                    f"style='font-variant-numeric:tabular-nums{grey}'><td {td}>{r}{new}</td>"
+                    f"<td {td} class='ddp-nb-status'>"
+                    f"<b data-st='{st}' style='color:{STATUS_COLORS[st]}'>{st}</b></td>"
+                    f"<td {td} class='ddp-nb-step'" + (f" data-step='{s.step}'" if cur else '')
+                    + f">{step}</td>{''.join(vals)}"
                     f"<td {td} class='ddp-nb-load'>{html.escape(load)}</td></tr>")
     listed = set(statuses if ranks is None else ranks)
     rest = [r for r in statuses if r not in listed]
     if rest:
-        rows.append(f"<tr class='ddp-nb-more'><td colspan='{len(widths)}' style='padding:2px 8px;color:#57606a'>… and {len(rest):,} more "
-                    f"ranks like these ({status_summary({r: statuses[r] for r in rest})})</td></tr>")
-    return (f"<table class='ddp-nb-ranks' style='table-layout:fixed;border-collapse:collapse;width:{total:g}em;font-size:12px;"
-            f"margin-top:4px'><colgroup>{cols}</colgroup><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>")
+        rows.append(f"<tr class='ddp-nb-more'><td colspan='{len(widths)}' style='padding:2px 8px;color:#57606a'>"
+                    f"… and {len(rest):,} more ranks like these "
+                    f"({status_summary({r: statuses[r] for r in rest})})</td></tr>")
+    return (f"<table class='ddp-nb-ranks' style='table-layout:fixed;border-collapse:collapse;width:{total:g}em;"
+            f"font-size:12px;margin-top:4px'><colgroup>{cols}</colgroup><thead><tr>{head}</tr></thead>"
+            f"<tbody>{''.join(rows)}</tbody></table>")
 
 # %% ../nbs/02f3_dashboard.ipynb #c845648f
 @patch
@@ -298,7 +333,8 @@ def text(self:Dashboard, snap:Snapshot|None=None) -> str:
     shown = compact_ranks(st, snap.deviation, self.rows) if self.big else range(self.world_size)
     if self.big: lines.append('  ' + status_summary(st))
     cells = [f"r{r} {st[r]} {_fmt_load(snap.ranks[r].load) if live(r) else ''}".strip() for r in shown]
-    if self.big and self.world_size > len(shown): cells.append(f"… and {self.world_size - len(shown):,} more ranks like these")
+    if self.big and self.world_size > len(shown):
+        cells.append(f"… and {self.world_size - len(shown):,} more ranks like these")
     per = 4 if self.big else max(1, len(cells))  # many ranks: a few per line
     lines += ["  " + "  ".join(cells[i:i + per]) for i in range(0, max(1, len(cells)), per)]
     lines += [f"  ! {f}" for f in warning_lines(snap, self.big) + self._verdict()]
@@ -307,7 +343,8 @@ def text(self:Dashboard, snap:Snapshot|None=None) -> str:
 # %% ../nbs/02f3_dashboard.ipynb #d9515197
 def _attrs(d:dict) -> str:
     "HTML data- attributes of a plot panel's limits and last point, for tests and tools that read the page"
-    f = lambda v: '' if v is None else f"{v:.6g}" if isinstance(v, float) else str(v).lower() if isinstance(v, bool) else str(v)
+    f = lambda v: ('' if v is None else f"{v:.6g}" if isinstance(v, float) else str(v).lower() if isinstance(v, bool)
+                   else str(v))
     return ' '.join(f"data-{k.replace('_', '-')}='{f(v)}'" for k, v in d.items())
 
 # %% ../nbs/02f3_dashboard.ipynb #b3404dcb
@@ -324,13 +361,16 @@ def frame(self:Dashboard, snap:Snapshot) -> tuple:
     warn = ''.join(f"<div class='ddp-nb-warn' style='color:#cf222e'>⚠ {html.escape(f)}</div>" for f in flags)
     head = (f"<div class='ddp-nb-header' data-step='{'' if not p else p['step']}' data-run='{snap.run}' "
             f"style='font-family:monospace;font-size:12px'>{_wrap_parts(head_line(snap))}</div>")
-    if self.big: head += f"<div class='ddp-nb-summary' style='font-family:monospace;font-size:12px'>{html.escape(status_summary(st))}</div>"
+    if self.big:
+        head += (f"<div class='ddp-nb-summary' style='font-family:monospace;font-size:12px'>"
+                 f"{html.escape(status_summary(st))}</div>")
     img, panels = '', {}
     if snap.series:  # no plot before the first report: the header alone says what we wait for
         svg, panels = self.plot.svg(snap.series, band_data(snap) if self.big and snap.bands else None)
         first = next(iter(panels.values()), {})
-        img = (f"<img class='ddp-nb-plot' alt='metrics of run {snap.run}' {_attrs(first)} src='data:image/svg+xml;base64,"
-               f"{base64.b64encode(svg).decode()}' style='display:block;width:100%;max-width:1100px;height:auto;margin:4px 0'>")
+        img = (f"<img class='ddp-nb-plot' alt='metrics of run {snap.run}' {_attrs(first)} "
+               f"src='data:image/svg+xml;base64,{base64.b64encode(svg).decode()}' "
+               "style='display:block;width:100%;max-width:1100px;height:auto;margin:4px 0'>")
     info = dict(step=p.get('step'), run=snap.run, statuses=st, plot=panels, signature=(tuple(st.items()), tuple(flags)),
                 steps={s.rank: s.step for s in snap.current()})
     table = rank_table(snap, st, compact_ranks(st, snap.deviation, self.rows) if self.big else None)
@@ -340,7 +380,8 @@ def frame(self:Dashboard, snap:Snapshot) -> tuple:
 @patch
 def _draw(self:Dashboard):
     "Redraw the widget from one snapshot of the collector's state"
-    t = time.thread_time()  # this thread's CPU: what pacing limits (wall time on a busy machine would stall the dashboard)
+    # this thread's CPU: what pacing limits (wall time on a busy machine would stall the dashboard)
+    t = time.thread_time()
     snap = self.snapshot()
     value, self.shown = self.frame(snap)
     self.w.value = value
@@ -348,7 +389,8 @@ def _draw(self:Dashboard):
     if snap.newest > self.drawn_newest:  # report -> drawn latency, for draws that show new points
         self.latencies.append(time.time() - snap.newest); self.drawn_newest = snap.newest
     self.costs.append(time.thread_time() - t)
-    self.cost = sorted(self.costs)[(len(self.costs) - 1) // 2]  # the (lower) median of recent frames: one slow frame (the first plot) does not stall the next
+    # the (lower) median of recent frames: one slow frame (the first plot) does not stall the next
+    self.cost = sorted(self.costs)[(len(self.costs) - 1) // 2]
 
 # %% ../nbs/02f3_dashboard.ipynb #0415c5df
 @patch
@@ -364,8 +406,10 @@ def _tick(self:Dashboard):
     now = time.monotonic()
     news = self.col.version != self.drawn_version
     if self.mode == 'widget':
-        if now - self.last_draw < max(self.every, min(1., 20 * self.cost)): return  # slow redraws come less often: ~5% of a core
-        if not news and now - self.last_check >= (2. if self.big else 0.5):  # many ranks: a status check copies every rank's state
+        # slow redraws come less often: ~5% of a core
+        if now - self.last_draw < max(self.every, min(1., 20 * self.cost)): return
+        # many ranks: a status check copies every rank's state
+        if not news and now - self.last_check >= (2. if self.big else 0.5):
             self.last_check = now
             news = self._signature() != self.drawn_signature  # a cell ended, a rank died: the last frame shows it
         if news: self.last_draw = now; self._draw()
@@ -404,7 +448,8 @@ def close(self:Dashboard,
     if self._tick in self.col.listeners: self.col.listeners.remove(self._tick)
     if self._final in self.col.finals: self.col.finals.remove(self._final)
     if note and self.mode == 'widget':
-        self.w.value = f"<div class='ddp-nb-moved' style='color:#9a6700;font-family:monospace;font-size:12px'>{html.escape(note)}</div>" + self.w.value
+        self.w.value = (f"<div class='ddp-nb-moved' style='color:#9a6700;font-family:monospace;font-size:12px'>"
+                        f"{html.escape(note)}</div>" + self.w.value)
     elif note: print(note, file=self.out or sys.stdout)
 
 # %% ../nbs/02f3_dashboard.ipynb #1a1c5ef5

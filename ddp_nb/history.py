@@ -12,13 +12,15 @@ __all__ = ['Tail', 'Series', 'Band', 'History']
 
 # %% ../nbs/02f0_history.ipynb #d2b95312
 class Tail:
-    "The newest `n` pairs of two columns (step and value, time and step), in two arrays: a batch is added with two copies, not a tuple a point"
+    ("The newest `n` pairs of two columns (step and value, time and step), in two arrays: a batch is added with two "
+     "copies, not a tuple a point")
     def __init__(self, n:int, codes:str='qd'):
         self.n, self.a, self.b = n, array(codes[0]), array(codes[1])
     def extend(self, a, b):
         "Add the columns `a` and `b` (same length), oldest first"
         self.a.extend(a); self.b.extend(b)
-        if len(self.a) > 2 * self.n: del self.a[:-self.n]; del self.b[:-self.n]  # trimmed now and then: amortised, no per-point work
+        # trimmed now and then: amortised, no per-point work
+        if len(self.a) > 2 * self.n: del self.a[:-self.n]; del self.b[:-self.n]
     def clear(self): del self.a[:]; del self.b[:]
     def copy(self) -> Tail:
         "A copy the collector thread will not change"
@@ -36,14 +38,16 @@ class Tail:
 class Series:
     "A metric's (step, time, value) points, decimated by step so at most `cap` are kept, plus the newest `tail` points"
     def __init__(self, cap:int=2048, tail:int=64):
-        self.cap, self.stride, self.steps, self.ts, self.vals = cap, 1, array('q'), array('d'), array('d')  # unboxed: 24 bytes a point, not 100
+        # unboxed: 24 bytes a point, not 100
+        self.cap, self.stride, self.steps, self.ts, self.vals = cap, 1, array('q'), array('d'), array('d')
         self.last, self.first = None, None  # the newest point, kept whatever the stride; the step strides count from
         self.tail = Tail(tail, 'qd')  # the newest (step, value)s whatever the stride: where lines end, and ranks meet
     def add(self, step:int, t:float, v:float):
         "Add one point"
         self.extend((step,), (t,), (v,))
     def extend(self, steps, ts, vals):
-        "Add points as columns (steps, times, values: arrays or sequences), oldest first: the collector adds a batch at a time"
+        ("Add points as columns (steps, times, values: arrays or sequences), oldest first: the collector adds a batch "
+         "at a time")
         if not len(steps): return
         if self.first is None: self.first = steps[0]
         self.tail.extend(steps, vals)
@@ -54,12 +58,15 @@ class Series:
         self.steps.extend(steps); self.ts.extend(ts); self.vals.extend(vals)
         if len(self.steps) > self.cap: self._thin()
     def _thin(self):
-        "Double the stride until at most `cap` points are kept; of points at one step, the newest (more than `cap` at the first step looped for ever)"
+        ("Double the stride until at most `cap` points are kept; of points at one step, the newest (more than `cap` "
+         "at the first step looped for ever)")
         while len(self.steps) > self.cap:
             self.stride *= 2
             st, last = self.steps, len(self.steps) - 1
-            keep = [i for i, s in enumerate(st) if (s - self.first) % self.stride == 0 and (i == last or st[i + 1] != s)]
-            self.steps, self.ts, self.vals = (array(a.typecode, (a[i] for i in keep)) for a in (self.steps, self.ts, self.vals))
+            keep = [i for i, s in enumerate(st)
+                    if (s - self.first) % self.stride == 0 and (i == last or st[i + 1] != s)]
+            cols = (self.steps, self.ts, self.vals)
+            self.steps, self.ts, self.vals = (array(a.typecode, (a[i] for i in keep)) for a in cols)
     def points(self) -> tuple:
         "(steps, values) to draw: the kept points, then the newest ones after them, so a line ends at the last report"
         end = self.steps[-1] if self.steps else -math.inf
@@ -68,18 +75,22 @@ class Series:
 
 # %% ../nbs/02f0_history.ipynb #c933e225
 class Band:
-    "Count, sum, sum of squares, min and max across ranks of one metric at each step: the mean and min–max band of many ranks"
+    ("Count, sum, sum of squares, min and max across ranks of one metric at each step: the mean and min–max band of "
+     "many ranks")
     def __init__(self, cap:int=2048, tail:int=256,
                  settle:int=65536, # points kept aside at most before they are folded in
                 ):
-        self.cap, self.tail, self.stride, self.first, self.top, self.at = cap, tail, 1, None, -math.inf, {}  # step -> [n, sum, sum2, lo, hi]
+        # step -> [n, sum, sum2, lo, hi]
+        self.cap, self.tail, self.stride, self.first, self.top, self.at = cap, tail, 1, None, -math.inf, {}
         self.settle, self.pending = settle, (array('q'), array('d'))  # points kept aside: steps, values
     def extend(self, steps, vals):
-        "Add one rank's points as columns (steps, values): kept aside (two array copies), and folded in with the other ranks' when read"
+        ("Add one rank's points as columns (steps, values): kept aside (two array copies), and folded in with the "
+         "other ranks' when read")
         self.pending[0].extend(steps); self.pending[1].extend(vals)
         if len(self.pending[0]) > self.settle: self._fold()
     def _fold(self):
-        "Fold the points kept aside, every rank's at once: one numpy group-by step, then a few dict operations per distinct step"
+        ("Fold the points kept aside, every rank's at once: one numpy group-by step, then a few dict operations per "
+         "distinct step")
         if not self.pending[0]: return
         import numpy as np
         S, V = np.array(self.pending[0], dtype=np.int64), np.array(self.pending[1], dtype=np.float64)
@@ -93,8 +104,8 @@ class Band:
         lo, hi = np.full(len(u), np.inf), np.full(len(u), -np.inf)
         np.minimum.at(lo, inv, V); np.maximum.at(hi, inv, V)
         at, first, stride, old = self.at, self.first, self.stride, self.top - self.tail
-        for step, n, s, s2, l, h in zip(u.tolist(), np.bincount(inv).tolist(), np.bincount(inv, V).tolist(), np.bincount(inv, V * V).tolist(),
-                                       lo.tolist(), hi.tolist()):
+        for step, n, s, s2, l, h in zip(u.tolist(), np.bincount(inv).tolist(), np.bincount(inv, V).tolist(),
+                                       np.bincount(inv, V * V).tolist(), lo.tolist(), hi.tolist()):
             a = at.get(step)
             if a is not None:
                 a[0] += n; a[1] += s; a[2] += s2
@@ -104,7 +115,8 @@ class Band:
         if len(at) > self.cap + self.tail: self._thin()
     def _thin(self):
         "Keep steps on a doubled stride, and the newest `tail` steps whatever the stride"
-        keep = lambda: {s: a for s, a in self.at.items() if (s - self.first) % self.stride == 0 or s > self.top - self.tail}
+        keep = lambda: {s: a for s, a in self.at.items()
+                        if (s - self.first) % self.stride == 0 or s > self.top - self.tail}
         self.at = keep()  # steps that left the newest `tail` go first
         while len(self.at) > self.cap + self.tail: self.stride *= 2; self.at = keep()
     def mean(self, step:int) -> tuple:
@@ -119,7 +131,8 @@ class Band:
         self._fold()
         return max((a[0] for a in self.at.values()), default=0)
     def lines(self, quorum:int=1) -> tuple:
-        "(steps, mean, min, max) at the steps at least `quorum` ranks reported (the newest steps wait for the slower ranks)"
+        ("(steps, mean, min, max) at the steps at least `quorum` ranks reported (the newest steps wait for the slower "
+         "ranks)")
         self._fold()
         ss = sorted(s for s, a in self.at.items() if a[0] >= quorum)
         return ss, [self.at[s][1] / self.at[s][0] for s in ss], [self.at[s][3] for s in ss], [self.at[s][4] for s in ss]
@@ -133,7 +146,8 @@ class Band:
 def _copy(s:Series) -> Series:
     "A snapshot of a series that the collector thread will not change"
     c = Series.__new__(Series)
-    c.cap, c.stride, c.first, c.last, c.steps, c.ts, c.vals, c.tail = s.cap, s.stride, s.first, s.last, s.steps[:], s.ts[:], s.vals[:], s.tail.copy()
+    c.cap, c.stride, c.first, c.last = s.cap, s.stride, s.first, s.last
+    c.steps, c.ts, c.vals, c.tail = s.steps[:], s.ts[:], s.vals[:], s.tail.copy()
     return c
 
 # %% ../nbs/02f0_history.ipynb #6d2fa9e6
@@ -146,7 +160,8 @@ class History:
         "Add one point"
         self.extend(run, rank, name, (step,), (t,), (v,))
     def extend(self, run:int, rank:int, name:str, steps, ts, vals):
-        "Add one rank's points of metric `name` as columns (steps, times, values), oldest first (one lookup and one lock per batch)"
+        ("Add one rank's points of metric `name` as columns (steps, times, values), oldest first (one lookup and one "
+         "lock per batch)")
         with self.lock:
             s = self.series.get((run, rank, name)) or self._new(run, rank, name)
             s.extend(steps, ts, vals)
@@ -174,12 +189,15 @@ class History:
             for (run, rank, name), s in self.series.items():
                 pts = list(zip(s.steps, s.ts, s.vals))
                 if s.last and (not pts or pts[-1][0] != s.last[0]): pts.append(s.last)
-                for step, t, v in pts: rows.setdefault((run, rank, step), dict(run=run, rank=rank, step=step, time=t))[name] = v
+                for step, t, v in pts:
+                    rows.setdefault((run, rank, step), dict(run=run, rank=rank, step=step, time=t))[name] = v
         return [rows[k] for k in sorted(rows)]
     def to_frame(self):
         "The records as a pandas DataFrame"
         try: import pandas as pd
-        except ImportError: raise ImportError("History.to_frame needs pandas: pip install pandas (or use .records() / .to_csv()).") from None
+        except ImportError:
+            raise ImportError("History.to_frame needs pandas: pip install pandas "
+                              "(or use .records() / .to_csv()).") from None
         return pd.DataFrame(self.records())
     def to_csv(self, path) -> str:
         "Write the records to `path` as CSV; returns the path"

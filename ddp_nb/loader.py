@@ -67,8 +67,8 @@ class ShardedLoader:
         self.sampler = ResumableSampler(dataset, ri.world_size, ri.rank, shuffle, seed, drop_last)
         self.generator = torch.Generator()
         pin = ri.device.type == 'cuda' if pin_memory is None else pin_memory
-        self.loader = DataLoader(dataset, self.batch_size, sampler=self.sampler, drop_last=drop_last, num_workers=num_workers,
-                                 pin_memory=pin, generator=self.generator, **kwargs)
+        self.loader = DataLoader(dataset, self.batch_size, sampler=self.sampler, drop_last=drop_last,
+                                 num_workers=num_workers, pin_memory=pin, generator=self.generator, **kwargs)
         self.epoch, self.batch, self.stoppable = 0, 0, stoppable
 
     def __len__(self):
@@ -80,7 +80,8 @@ class ShardedLoader:
         "The rest of the current epoch; the next epoch starts once this one is exhausted"
         self.sampler.set_epoch(self.epoch)
         self.sampler.start = self.batch * self.batch_size
-        self.generator.manual_seed(hash((self.seed, self.epoch, self.sampler.rank)) & (2**63 - 1))  # worker seeds: per rank and epoch
+        # worker seeds: per rank and epoch
+        self.generator.manual_seed(hash((self.seed, self.epoch, self.sampler.rank)) & (2**63 - 1))
         self.stopped_at_end = False
         with stop_requests() if self.stoppable else nullcontext():
             vote = StopVote() if self.stoppable else (lambda: False)
@@ -96,8 +97,9 @@ class ShardedLoader:
 
     def state_dict(self) -> dict:
         "Where this loader is: epoch and batches consumed, with what it needs to check a resume"
-        return dict(epoch=self.epoch, batch=self.batch, batch_size=self.batch_size, world_size=self.world_size, seed=self.seed,
-                    shuffle=self.sampler.shuffle, drop_last=self.loader.drop_last, size=len(self.sampler.dataset))
+        return dict(epoch=self.epoch, batch=self.batch, batch_size=self.batch_size, world_size=self.world_size,
+                    seed=self.seed, shuffle=self.sampler.shuffle, drop_last=self.loader.drop_last,
+                    size=len(self.sampler.dataset))
 
     def load_state_dict(self, sd:dict):
         "Continue at the epoch and batch in `sd` (from `state_dict`)"

@@ -28,7 +28,9 @@ def mean_line(per:dict, # {rank: (steps, values)}
     return xs, [sum(m[x] for m in maps) / len(maps) for x in xs]
 
 # %% ../nbs/02f2_plot.ipynb #ac40bb84
-PLOT_MAX = 1e250  # values beyond ±PLOT_MAX (on a log axis: outside 1/PLOT_MAX..PLOT_MAX) are gaps in the plot, like NaN: the axes' arithmetic overflows
+# values beyond ±PLOT_MAX (on a log axis: outside 1/PLOT_MAX..PLOT_MAX) are gaps in the plot, like NaN: the axes'
+# arithmetic overflows
+PLOT_MAX = 1e250
 
 def _drawable(y:float, logy:bool=False) -> bool:
     "Whether the plot can place value `y`: finite and within ±PLOT_MAX; on a log axis, within 1/PLOT_MAX..PLOT_MAX"
@@ -42,19 +44,23 @@ def auto_logy(ys:list) -> bool:
 
 # %% ../nbs/02f2_plot.ipynb #a72f9134
 def plot_limits(xs:list, ys:list, logy:bool=False) -> tuple:
-    "(x0, x1, y0, y1) holding every point: x from the first step to ~1.15x the last, y padded 10% (of the decades, on a log axis)"
+    ("(x0, x1, y0, y1) holding every point: x from the first step to ~1.15x the last, y padded 10% (of the decades, "
+     "on a log axis)")
     x0, x1 = (float(min(xs)), float(max(xs))) if xs else (0., 1.)
-    room = max(1., abs(x0) * 1e-12, abs(x1) * 1e-12)  # a step or more: near ±2**63, x + 1 == x in floats (a zero-width axis)
+    # a step or more: near ±2**63, x + 1 == x in floats (a zero-width axis)
+    room = max(1., abs(x0) * 1e-12, abs(x1) * 1e-12)
     ys = [y for y in ys if _drawable(y, logy)]
     if not ys: return x0, x0 + room, (0.1 if logy else 0.), (10. if logy else 1.)
     lo, hi = min(ys), max(ys)
-    if logy: r = 10 ** (0.1 * (math.log10(hi) - math.log10(lo))) if hi > lo else 1.5; y0, y1 = lo / r, hi * r  # hi / lo may overflow
+    # hi / lo may overflow
+    if logy: r = 10 ** (0.1 * (math.log10(hi) - math.log10(lo))) if hi > lo else 1.5; y0, y1 = lo / r, hi * r
     else: pad = (hi - lo) * 0.1 or abs(hi) * 0.1 or 1.; y0, y1 = lo - pad, hi + pad
     return x0, max(x0 + (x1 - x0) * 1.15, x1 + room), y0, y1
 
 # %% ../nbs/02f2_plot.ipynb #07cea19d
 def limits_hold(lim:tuple, xs:list, ys:list, logy:bool=False) -> bool:
-    "Whether limits (x0, x1, y0, y1) still suit the data: every point inside, x at most ~1.3x ahead, the data over half the y axis"
+    ("Whether limits (x0, x1, y0, y1) still suit the data: every point inside, x at most ~1.3x ahead, the data over "
+     "half the y axis")
     x0, x1, y0, y1 = lim
     ys = [y for y in ys if _drawable(y, logy)]
     if not xs or not ys: return True
@@ -65,13 +71,15 @@ def limits_hold(lim:tuple, xs:list, ys:list, logy:bool=False) -> bool:
 
 # %% ../nbs/02f2_plot.ipynb #4601b372
 def is_breakdown(name:str) -> bool:
-    "Whether a metric is part of a step's time breakdown (`ddp_nb.timing.StepTimer`: t_data, t_compute, t_comm, t_opt, t_step, ...): summarised, not plotted"
+    ("Whether a metric is part of a step's time breakdown (`ddp_nb.timing.StepTimer`: t_data, t_compute, t_comm, "
+     "t_opt, t_step, ...): summarised, not plotted")
     return name.startswith('t_')
 
 # %% ../nbs/02f2_plot.ipynb #ad29a2a5
 def plot_data(series:dict, # {(rank, metric): Series} of one run
              ) -> dict:
-    "{metric: {rank: (steps, values), 'mean': ...}}, loss first, at most 4 metrics; lines end at each rank's last report"
+    ("{metric: {rank: (steps, values), 'mean': ...}}, loss first, at most 4 metrics; lines end at each rank's last "
+     "report")
     names = sorted({n for _, n in series if not is_breakdown(n)}, key=lambda n: (n != 'loss', n))[:4]
     out = {}
     for n in names:
@@ -82,9 +90,11 @@ def plot_data(series:dict, # {(rank, metric): Series} of one run
 
 # %% ../nbs/02f2_plot.ipynb #4e620176
 def band_data(snap, # a `Snapshot` taken with `lines=k`: bands, outliers and their series
-              share:float=0.9, # the mean and band end where this share of the ranks reported (a dead rank does not hold them back)
+              # the mean and band end where this share of the ranks reported (a dead rank does not hold them back)
+              share:float=0.9,
              ) -> dict:
-    "{metric: {'band': (steps, min, max), 'mean': (steps, mean), rank: (steps, values) of each most deviating rank}}, loss first, at most 4 metrics"
+    ("{metric: {'band': (steps, min, max), 'mean': (steps, mean), rank: (steps, values) of each most deviating "
+     "rank}}, loss first, at most 4 metrics")
     out = {}
     for n in sorted((n for n in snap.bands if not is_breakdown(n)), key=lambda n: (n != 'loss', n))[:4]:
         b = snap.bands[n]
@@ -102,7 +112,8 @@ def _plain(y, _pos=None) -> str:
 
 # %% ../nbs/02f2_plot.ipynb #5cfa63fb
 def _path(xs:list, ys:list, box:tuple, lim:tuple, logy:bool) -> str:
-    "SVG path data of a line in an axes at `box` (left, top, width, height in pt) with limits `lim`; gaps at values it cannot place (`_drawable`)"
+    ("SVG path data of a line in an axes at `box` (left, top, width, height in pt) with limits `lim`; gaps at values "
+     "it cannot place (`_drawable`)")
     (l, t, w, h), (x0, x1, y0, y1) = box, lim
     f = math.log10 if logy else float
     fy0, fy1 = f(y0), f(y1)
@@ -114,33 +125,42 @@ def _path(xs:list, ys:list, box:tuple, lim:tuple, logy:bool) -> str:
 
 # %% ../nbs/02f2_plot.ipynb #9b4d2377
 def _shape(lines:dict) -> tuple:
-    "What a panel's layout depends on: its lines, or for many ranks only how many lines (outliers change, the axes need not)"
+    ("What a panel's layout depends on: its lines, or for many ranks only how many lines (outliers change, the axes "
+     "need not)")
     return ('band', len(lines)) if 'band' in lines else tuple(lines)
 
 # %% ../nbs/02f2_plot.ipynb #16c5cfb6
 def _band_svg(lines:dict, box:tuple, lim:tuple, logy:bool) -> list:
-    "SVG of a many-ranks panel: the min–max band, the most deviating ranks' lines labelled at their ends, the mean on top"
+    ("SVG of a many-ranks panel: the min–max band, the most deviating ranks' lines labelled at their ends, the mean "
+     "on top")
     bx, lo, hi = lines['band']
-    out = [f"<path class='ddp-nb-band' d='{_path(bx + bx[::-1], lo + hi[::-1], box, lim, logy)}Z' fill='#8c959f' fill-opacity='0.3' stroke='none'/>"] if bx else []
+    out = [f"<path class='ddp-nb-band' d='{_path(bx + bx[::-1], lo + hi[::-1], box, lim, logy)}Z' fill='#8c959f' "
+           "fill-opacity='0.3' stroke='none'/>"] if bx else []
     for j, rk in enumerate(k for k in lines if k not in ('band', 'mean')):
         xs, ys = lines[rk]
         c = mpl_color(f'C{j % 10}')
-        out.append(f"<path class='ddp-nb-outlier' data-rank='{rk}' d='{_path(xs, ys, box, lim, logy)}' stroke='{c}' stroke-width='1.2' stroke-opacity='0.9'/>")
+        out.append(f"<path class='ddp-nb-outlier' data-rank='{rk}' d='{_path(xs, ys, box, lim, logy)}' stroke='{c}' "
+                   "stroke-width='1.2' stroke-opacity='0.9'/>")
         end = _path(xs[-1:], ys[-1:], box, lim, logy)
         if end:
             x, y = end[1:].split()
-            out.append(f"<text x='{float(x) + 3:.1f}' y='{float(y) + 3:.1f}' font-size='9' fill='{c}' font-family='sans-serif'>rank {rk}</text>")
-    out.append(f"<path class='ddp-nb-mean' d='{_path(*lines['mean'], box, lim, logy)}' stroke='#000000' stroke-width='1.8'/>")
+            out.append(f"<text x='{float(x) + 3:.1f}' y='{float(y) + 3:.1f}' font-size='9' fill='{c}' "
+                       f"font-family='sans-serif'>rank {rk}</text>")
+    out.append(f"<path class='ddp-nb-mean' d='{_path(*lines['mean'], box, lim, logy)}' stroke='#000000' "
+               "stroke-width='1.8'/>")
     return out
 
 # %% ../nbs/02f2_plot.ipynb #d9f56efc
 class Plot:
-    "A run's metrics as SVG — crisp at whatever size the browser shows it. Axes come from matplotlib, only when limits move; lines are drawn here every frame"
+    ("A run's metrics as SVG — crisp at whatever size the browser shows it. Axes come from matplotlib, only when "
+     "limits move; lines are drawn here every frame")
     def __init__(self,
                  width:float=9., # inches (72 pt each) of the SVG; the browser scales it to the output's width
-                 logy:bool|None=None, # log y axes; None: each panel whose values are positive and span two decades or more
+                 # log y axes; None: each panel whose values are positive and span two decades or more
+                 logy:bool|None=None,
                 ):
-        self.width, self.logy, self.cost, self.key, self.fig, self.lines, self.lims, self.static = width, logy, 0., None, None, {}, {}, None
+        self.width, self.logy, self.cost, self.key = width, logy, 0., None
+        self.fig, self.lines, self.lims, self.static = None, {}, {}, None
         self.renders = 0  # how often matplotlib drew the axes
 
     def warm(self):
@@ -163,7 +183,8 @@ class Plot:
         for i, ((n, lines), log) in enumerate(zip(data.items(), logs)):
             ax = self.fig.add_subplot(rows, cols, i + 1)
             ranks = [k for k in lines if k not in ('mean', 'band')]
-            if 'band' in lines:  # many ranks: the outliers change from frame to frame, their lines are labelled where they end
+            # many ranks: the outliers change from frame to frame, their lines are labelled where they end
+            if 'band' in lines:
                 self.lines[n, 'mean'] = dict(color='k', lw=1.8, alpha=1., ax=ax, label='mean of all ranks')
                 if i == 0:
                     from matplotlib.patches import Patch
@@ -172,20 +193,23 @@ class Plot:
                                ax.plot([], [], color='C0', lw=1.2, label='most deviating ranks')[0]]
             else:
                 for j, rk in enumerate(ranks):
-                    self.lines[n, rk] = dict(color=f'C{j % 10}', lw=1.0, alpha=0.7 if 'mean' in lines else 1., ax=ax, label=f'rank {rk}')
+                    self.lines[n, rk] = dict(color=f'C{j % 10}', lw=1.0, alpha=0.7 if 'mean' in lines else 1., ax=ax,
+                                             label=f'rank {rk}')
                 if 'mean' in lines: self.lines[n, 'mean'] = dict(color='k', lw=1.8, alpha=1., ax=ax, label='mean')
-                if i == 0: handles = [ax.plot([], [], color=d['color'], lw=d['lw'], alpha=d['alpha'], label=d['label'])[0]
-                                      for (m, _), d in self.lines.items() if m == n]
+                if i == 0:
+                    handles = [ax.plot([], [], color=d['color'], lw=d['lw'], alpha=d['alpha'], label=d['label'])[0]
+                               for (m, _), d in self.lines.items() if m == n]
             if log:
                 ax.set_yscale('log')
                 ax.yaxis.set_major_formatter(FuncFormatter(_plain)); ax.yaxis.set_minor_locator(NullLocator())
             ax.xaxis.set_major_locator(MaxNLocator(8, integer=True))
             ax.set_xlabel('step', fontsize=10)
-            ax.set_ylabel(n.replace('$', r'\$') + (' (log scale)' if log else ''), fontsize=10)  # a name is text, never mathtext
+            # a name is text, never mathtext
+            ax.set_ylabel(n.replace('$', r'\$') + (' (log scale)' if log else ''), fontsize=10)
             ax.tick_params(labelsize=9); ax.grid(alpha=0.25)
         if 0 < len(handles) <= 9:
-            self.fig.legend(handles=handles, loc='upper right', bbox_to_anchor=(0.985, 1.0), ncol=len(handles), fontsize=9,
-                            frameon=False, handlelength=1.8)
+            self.fig.legend(handles=handles, loc='upper right', bbox_to_anchor=(0.985, 1.0), ncol=len(handles),
+                            fontsize=9, frameon=False, handlelength=1.8)
         top = 1 - 0.3 / (3.3 * rows)  # room for the legend
         self.fig.subplots_adjust(left=0.08 if cols == 1 else 0.07, right=0.985, bottom=0.15 if rows == 1 else 0.08,
                                  top=top - 0.02, wspace=0.22, hspace=0.35)
@@ -196,7 +220,8 @@ class Plot:
         from matplotlib.backends.backend_svg import FigureCanvasSVG
         for (n, _), d in self.lines.items(): d['ax'].set_xlim(*self.lims[n][:2]); d['ax'].set_ylim(*self.lims[n][2:])
         buf = io.BytesIO()
-        with mpl.rc_context({'svg.fonttype': 'none', 'svg.hashsalt': 'ddp_nb'}): FigureCanvasSVG(self.fig).print_svg(buf)
+        with mpl.rc_context({'svg.fonttype': 'none', 'svg.hashsalt': 'ddp_nb'}):
+            FigureCanvasSVG(self.fig).print_svg(buf)
         W, H = self.fig.bbox.width, self.fig.bbox.height  # pt: dpi is 72
         self.boxes = {}
         for (n, _), d in self.lines.items():
@@ -205,12 +230,15 @@ class Plot:
         self.static, self.renders = buf.getvalue().decode(), self.renders + 1
 
     def svg(self, series:dict, data:dict|None=None) -> tuple:
-        "(SVG bytes, {metric: dict(x0, x1, y0, y1, logy, last_x, last_y, last_step, max_step)}) of a run's `series` (or of `band_data`)"
+        ("(SVG bytes, {metric: dict(x0, x1, y0, y1, logy, last_x, last_y, last_step, max_step)}) of a run's `series` "
+         "(or of `band_data`)")
         t = time.perf_counter()
         data, info = plot_data(series) if data is None else data, {}
-        ys = {n: [y for k in lines for y in lines[k][1] + (lines[k][2] if k == 'band' else [])] for n, lines in data.items()}
+        ys = {n: [y for k in lines for y in lines[k][1] + (lines[k][2] if k == 'band' else [])]
+              for n, lines in data.items()}
         xs = {n: [x for k in lines for x in lines[k][0]] for n, lines in data.items()}
-        logs = [auto_logy(ys[n]) if self.logy is None else bool(self.logy and any(_drawable(y, True) for y in ys[n])) for n in data]
+        logs = [auto_logy(ys[n]) if self.logy is None else bool(self.logy and any(_drawable(y, True) for y in ys[n]))
+                for n in data]
         key = ([(n, _shape(lines)) for n, lines in data.items()], logs)
         if key != self.key: self._layout(data, logs); self.key = key
         moved = False
@@ -221,8 +249,9 @@ class Plot:
         paths = []
         for i, ((n, lines), log) in enumerate(zip(data.items(), logs)):
             b = self.boxes[n]
-            paths.append(f"<clipPath id='ddpnb-clip{i}'><rect x='{b[0]:.1f}' y='{b[1]:.1f}' width='{b[2]:.1f}' height='{b[3]:.1f}'/></clipPath>"
-                         f"<g clip-path='url(#ddpnb-clip{i})' fill='none' stroke-linejoin='round' stroke-linecap='round'>")
+            paths.append(f"<clipPath id='ddpnb-clip{i}'><rect x='{b[0]:.1f}' y='{b[1]:.1f}' width='{b[2]:.1f}' "
+                         f"height='{b[3]:.1f}'/></clipPath><g clip-path='url(#ddpnb-clip{i})' fill='none' "
+                         "stroke-linejoin='round' stroke-linecap='round'>")
             if 'band' in lines: paths += _band_svg(lines, b, self.lims[n], log)
             else:
                 for k in [k for k in lines if k != 'mean'] + (['mean'] if 'mean' in lines else []):
@@ -233,10 +262,12 @@ class Plot:
             ranks = [k for k in lines if k not in ('mean', 'band')]
             end = lines.get('mean') or lines[ranks[0]]
             x0, x1, y0, y1 = self.lims[n]
-            ends = [lines[rk][0][-1] for rk in ranks if lines[rk][0]] + (lines['band'][0][-1:] if 'band' in lines else [])
+            ends = ([lines[rk][0][-1] for rk in ranks if lines[rk][0]]
+                    + (lines['band'][0][-1:] if 'band' in lines else []))
             info[n] = dict(x0=x0, x1=x1, y0=y0, y1=y1, logy=log, last_x=end[0][-1] if end[0] else None,
                            last_y=end[1][-1] if end[1] else None,
-                           last_step=(end[0][-1] if end[0] else None) if 'band' in lines else min(ends, default=None),  # the slowest rank's
+                           # the slowest rank's
+                           last_step=(end[0][-1] if end[0] else None) if 'band' in lines else min(ends, default=None),
                            max_step=max(ends, default=None))   # the fastest rank's
         out = self.static.replace('</svg>', ''.join(paths) + '</svg>')
         self.cost = time.perf_counter() - t

@@ -13,7 +13,8 @@ from .context import rank_info
 # %% ../nbs/01d0_seeding.ipynb #249b0de5
 def seed_everything(seed:int=0, # the seed every rank starts from
                     per_rank:bool=False, # add the rank, for random streams that should differ between ranks
-                    deterministic:bool=False, # also make torch use deterministic kernels (slower; errors on ops without one)
+                    # also make torch use deterministic kernels (slower; errors on ops without one)
+                    deterministic:bool=False,
                    ) -> int: # the seed this rank used
     "Seed Python's `random`, numpy and torch (CPU and every GPU) on this rank, as a torchrun script does"
     s = seed + (rank_info().rank if per_rank else 0)

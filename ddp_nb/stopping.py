@@ -15,9 +15,11 @@ from .context import ctx
 
 # %% ../nbs/01d1_stopping.ipynb #f4224368
 class StopRequested(KeyboardInterrupt):
-    "Every rank stopped before the same batch because a stop was asked for: nothing lost, run the cell again to continue. The message says where ('stopped at step 37/150')"
-    # One line, no traceback: on a rank, IPython formats a full traceback in 0.3 s and more (seconds on a busy host), and a
-    # second SIGINT of `cl.interrupt()` landing in that formatting turned a clean stop into a rank ended as stuck
+    ("Every rank stopped before the same batch because a stop was asked for: nothing lost, run the cell again to "
+     "continue. The message says where ('stopped at step 37/150')")
+    # One line, no traceback: on a rank, IPython formats a full traceback in 0.3 s and more (seconds on a busy
+    # host), and a second SIGINT of `cl.interrupt()` landing in that formatting turned a clean stop into a rank
+    # ended as stuck
     def _render_traceback_(self): return [f"{self} — re-run the cell to continue"]
 
 # %% ../nbs/01d1_stopping.ipynb #dda9f9dd
@@ -29,7 +31,8 @@ def stop_eta() -> Optional[float]:
 
 # %% ../nbs/01d1_stopping.ipynb #41c05121
 def _on_sigint(sig, frame):
-    if _stop['requested']: raise KeyboardInterrupt("interrupted again: stopping now, without waiting for the other ranks")
+    if _stop['requested']:
+        raise KeyboardInterrupt("interrupted again: stopping now, without waiting for the other ranks")
     _stop['requested'] = True
 
 # %% ../nbs/01d1_stopping.ipynb #4043d4a1
@@ -54,13 +57,15 @@ def _forget_vote_group():
 def control_group():
     "A gloo group beside the default one, for stop votes (None without a process group or in a world of one)"
     if not dist.is_initialized() or dist.get_world_size() == 1: return None
-    if ctx.vote_group is None or ctx.vote_group[0] is not dist.group.WORLD:  # made on every rank at the same point: their first vote
+    # made on every rank at the same point: their first vote
+    if ctx.vote_group is None or ctx.vote_group[0] is not dist.group.WORLD:
         ctx.vote_group = (dist.group.WORLD, dist.new_group(backend='gloo'))
     return ctx.vote_group[1]
 
 # %% ../nbs/01d1_stopping.ipynb #99a31114
 class StopVote:
-    "About every `interval` s (the same batches on every rank), an asynchronous all-reduce of 'stop?', read one vote later"
+    ("About every `interval` s (the same batches on every rank), an asynchronous all-reduce of 'stop?', read one vote "
+     "later")
     def __init__(self, interval:float=0.1):
         self.group, self.work, self.buf, self.interval = control_group(), None, None, interval
         self.every, self.count, self.cast_after, self.t = 1, 0, 1, None
@@ -78,7 +83,8 @@ class StopVote:
         if secs > 0:
             per_batch = secs / dist.get_world_size(self.group) / self.cast_after
             self.every = max(1, min(1000, int(self.interval / max(per_batch, 1e-6))))
-            _stop['eta'] = 2 * self.every * per_batch + per_batch  # a request waits for the next vote, read at the one after
+            # a request waits for the next vote, read at the one after
+            _stop['eta'] = 2 * self.every * per_batch + per_batch
         return stop > 0
     def __call__(self) -> bool:
         "Call once per batch on every rank: True when the ranks agreed to stop (at the same batch on all of them)"

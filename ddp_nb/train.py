@@ -47,12 +47,15 @@ def fit(model:nn.Module, # the DDP-wrapped model
         ckpt_dir:Union[str, Path, None]=None, # resume from / save checkpoints to this folder
         ckpt_every:Optional[int]=None, # also checkpoint every this many optimizer steps
         max_steps:Optional[int]=None, # stop after this many optimizer steps in all
-        checkpointer=None, # (save, load) for `ckpt_dir`; None: single-file checkpoints (`ddp_nb.sharded.SHARDED` for FSDP2 models)
-        timing:bool=False, # also report each step's breakdown: data wait, compute, communication wait, optimizer (`timing.StepTimer`)
+        # (save, load) for `ckpt_dir`; None: single-file checkpoints (`ddp_nb.sharded.SHARDED` for FSDP2 models)
+        checkpointer=None,
+        # also report each step's breakdown: data wait, compute, communication wait, optimizer (`timing.StepTimer`)
+        timing:bool=False,
        ) -> dict: # step, epoch, per-epoch losses (mean over ranks), the step it resumed from (or None)
     "Train `model` for `epochs` with accumulation, AMP, reporting and resumable checkpoints"
     dev, scaler = rank_info().device, grad_scaler(amp)
-    def zeros(): return torch.zeros(2, dtype=torch.float64, device=dev)  # running (sum of losses, steps), kept on the device: no sync per step
+    # running (sum of losses, steps), kept on the device: no sync per step
+    def zeros(): return torch.zeros(2, dtype=torch.float64, device=dev)
     st = loader.__dict__.setdefault('fit_state', dict(step=0, losses=[], tot=zeros()))
     # resume from the checkpoint, unless this loader already trained in this process (after a stop: continue in memory)
     if ckpt_dir and checkpointer is None and _sharded_model(model):
@@ -73,7 +76,8 @@ def fit(model:nn.Module, # the DDP-wrapped model
     with stop_requests():  # one stop region: a stop between epochs is cooperative too
         while loader.epoch < epochs and (max_steps is None or st['step'] < max_steps):
             n, gl, ended = len(loader), torch.zeros((), device=dev), False
-            total = min((n // accum + (n % accum > 0)) * epochs, max_steps or math.inf)  # optimizer steps of the whole fit: progress and ETA cover every epoch
+            # optimizer steps of the whole fit: progress and ETA cover every epoch
+            total = min((n // accum + (n % accum > 0)) * epochs, max_steps or math.inf)
             try:
                 for x, y in batches():
                     size, last = accumulation_group(loader.batch - 1, n, accum)
@@ -97,7 +101,8 @@ def fit(model:nn.Module, # the DDP-wrapped model
                 else: ended = True  # the epoch ran to its end
             except StopRequested:
                 ended = loader.stopped_at_end  # stopped after the epoch's last batch
-                raise StopRequested(f"stopped at step {st['step']}/{total}") from None  # where, in the steps the user counts
+                # where, in the steps the user counts
+                raise StopRequested(f"stopped at step {st['step']}/{total}") from None
             finally:
                 if ended: end_epoch()
                 if timer is not None: timer.flush()

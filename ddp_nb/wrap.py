@@ -35,7 +35,8 @@ def comm_hook(name:str, # 'fp16', 'bf16' or 'powersgd'
     if name == 'fp16': return None, dh.fp16_compress_hook
     if name == 'bf16': return None, dh.bf16_compress_hook if device.type == 'cuda' else _bf16_cpu_hook
     if name == 'powersgd':
-        return ps.PowerSGDState(process_group=None, matrix_approximation_rank=rank, start_powerSGD_iter=start_iter), ps.powerSGD_hook
+        state = ps.PowerSGDState(process_group=None, matrix_approximation_rank=rank, start_powerSGD_iter=start_iter)
+        return state, ps.powerSGD_hook
     raise ValueError(f"compression={name!r}: use one of {COMPRESSION}, or None for full-precision all-reduces.")
 
 # %% ../nbs/01d3_wrap.ipynb #18a81e2c
@@ -114,7 +115,8 @@ def accumulation_group(i:int, # index of the micro-batch in the epoch
                        n:int, # micro-batches in the epoch
                        k:int, # micro-batches per optimizer step
                       ) -> tuple: # (size of i's group, whether i is its last)
-    "Which accumulation group micro-batch `i` falls in: its size (the epoch's last may be short) and whether `i` ends it"
+    ("Which accumulation group micro-batch `i` falls in: its size (the epoch's last may be short) and whether `i` "
+     "ends it")
     if k < 1: raise ValueError(f"accum={k}: use 1 (no accumulation) or more micro-batches per optimizer step.")
     g0 = i // k * k
     size = min(k, n - g0)
