@@ -1,6 +1,7 @@
 """GPU step time: a ddp_nb rank vs `torchrun --nproc_per_node=1`, the same DDP-wrapped MLP on the same GPU (nccl).
 
     python -m benchmarks.gpu [--rounds 3] [--seconds 2] [--out FILE]      # "no GPU" where there is none
+    python -m benchmarks.gpu --configs 0 --rounds 7 --seconds 1 --no-timer --no-threads   # the launch-bound row alone
     python -m benchmarks.gpu --explain [--out FILE] [--trace-dir DIR]     # where the smallest step's time goes, each side
     as a torchrun worker: python -m benchmarks.gpu --worker --out FILE [--explain [--trace FILE]]"""
 import argparse, gzip, json, os, subprocess, sys, tempfile, time
@@ -81,56 +82,68 @@ def torchrun_side(configs, seconds: float, env: dict | None = None) -> list:
     "One `torchrun --nproc_per_node=1` launch timing every config (`env`: variables added to the launch's)"
     with tempfile.TemporaryDirectory() as d:
         out = os.path.join(d, 'r.json')
-        r = subprocess.run(torchrun_cmd(1, 'benchmarks.gpu', '--worker', '--seconds', seconds, '--out', out), cwd=ROOT,
+        which = ','.join(str(CONFIGS.index(c)) for c in configs)
+        r = subprocess.run(torchrun_cmd(1, 'benchmarks.gpu', '--worker', '--seconds', seconds, '--configs', which, '--out', out), cwd=ROOT,
                            env=dict(os.environ, **(env or {})), capture_output=True, text=True, timeout=300)
         if r.returncode: raise RuntimeError(f"torchrun failed ({r.returncode}): {(r.stdout + r.stderr)[-2000:]}")
         return json.load(open(out))
 
 
-def worker(seconds: float, out: str):
+def worker(seconds: float, out: str, configs=CONFIGS):
     "A torchrun worker: nccl on its LOCAL_RANK's GPU, the configs timed, rank 0 writes the result"
     import torch, torch.distributed as dist
     from datetime import timedelta
     dev = torch.device('cuda', int(os.environ.get('LOCAL_RANK', 0)))
     torch.cuda.set_device(dev)
     dist.init_process_group('nccl', timeout=timedelta(seconds=120), device_id=dev)
-    try: r = gpu_steps(CONFIGS, seconds)
+    try: r = gpu_steps(configs, seconds)
     finally: dist.destroy_process_group()
     if int(os.environ.get('RANK', 0)) == 0: Path(out).write_text(json.dumps(r))
 
 
-def run(rounds: int = 3, seconds: float = 2) -> str:
-    "The GPU section, as markdown ('not measured' without a GPU)"
+def run(rounds: int = 3, seconds: float = 2, configs=CONFIGS, timer: bool = True, threads: bool = True) -> str:
+    "The GPU section, as markdown ('not measured' without a GPU): every side a fresh process each round"
     import torch
     if not torch.cuda.is_available():  # the last GPU run's section (make test-gpu on a lent machine), where there is one
         last = Path(ROOT) / 'benchmarks' / 'results_gpu.md'
         return last.read_text().rstrip() if last.exists() else f"{HEAD}\n\nNot measured in this run: this machine has no GPU."
     from ddp_nb import DDPCluster
-    res = {'ddp_nb': [], 'torchrun': [], 'threads': []}
-    with DDPCluster(n=1) as cl:
-        assert cl.backend == 'nccl', cl
-        threads = {'OMP_NUM_THREADS': cl.run(side_facts)[0]['env']['OMP_NUM_THREADS']}   # what ddp_nb gives its rank
-        for r in range(rounds):
-            for side in (list(res) if r % 2 == 0 else list(res)[::-1]):
-                res[side].append(cl.run(gpu_steps, CONFIGS, seconds)[0] if side == 'ddp_nb' else
-                                 torchrun_side(CONFIGS, seconds, threads if side == 'threads' else None))
-            print(f"gpu round {r + 1}/{rounds}: " + ', '.join(f"{k} {[round(c['ms'], 3) for c in v[-1]]} ms" for k, v in res.items()),
-                  flush=True)
-        tc = [cl.run(timed_steps)[0] for _ in range(rounds)]
+    # A launch-bound step's time varies ±20% between processes (where the OS puts the main and autograd threads): a
+    # torchrun side is a new process each round, so the ddp_nb side is too (a new cluster), or one process's luck decides.
+    res = {'ddp_nb': [], 'torchrun': []} | ({'threads': []} if threads else {})
+    with DDPCluster(n=1) as cl: env = {'OMP_NUM_THREADS': cl.run(side_facts)[0]['env']['OMP_NUM_THREADS']}  # what ddp_nb gives a rank
+    def ours():
+        with DDPCluster(n=1) as cl:
+            assert cl.backend == 'nccl', cl
+            return cl.run(gpu_steps, configs, seconds)[0]
+    for r in range(rounds):
+        for side in (list(res) if r % 2 == 0 else list(res)[::-1]):
+            res[side].append(ours() if side == 'ddp_nb' else torchrun_side(configs, seconds, env if side == 'threads' else None))
+        print(f"gpu round {r + 1}/{rounds}: " + ', '.join(f"{k} {[round(c['ms'], 3) for c in v[-1]]} ms" for k, v in res.items()),
+              flush=True)
+    if timer:
+        with DDPCluster(n=1) as cl: tc = [cl.run(timed_steps)[0] for _ in range(rounds)]
     rows = []
-    for i, (w, b) in enumerate(CONFIGS):
-        a, t, e = (med([o[i]['ms'] for o in res[k]]) for k in res)
+    for i, (w, b) in enumerate(configs):
+        ms = {k: [o[i]['ms'] for o in v] for k, v in res.items()}
+        a, t = med(ms['ddp_nb']), med(ms['torchrun'])
+        e = med(ms['threads']) if threads else None
+        like = a / e if threads else a / t
         same = {o[i]['digest'] for v in res.values() for o in v}
-        rows.append([f"MLP width {w}, batch {b}", f"{a:.3f}", f"{t:.3f}", f"{a / t:.3f}", f"{e:.3f}",
-                     f"**{a / e:.3f}**" + ('' if 0.98 <= a / e <= 1.02 else ' (missed)'), 'yes' if len(same) == 1 else '**no**'])
+        spread = lambda xs: f"{min(xs):.3f}–{max(xs):.3f}"
+        rows.append([f"MLP width {w}, batch {b}", f"{a:.3f} ({spread(ms['ddp_nb'])})", f"{t:.3f} ({spread(ms['torchrun'])})",
+                     f"{a / t:.3f}"] + ([f"{e:.3f} ({spread(ms['threads'])})"] if threads else [])
+                    + [f"**{like:.3f}**" + ('' if 0.98 <= like <= 1.02 else ' (missed)'), 'yes' if len(same) == 1 else '**no**'])
+    n = env['OMP_NUM_THREADS']
     return (f"{HEAD}\n\n{torch.cuda.get_device_name(0)}, torch {torch.__version__} (CUDA {torch.version.cuda}), one rank on nccl. "
             f"Same DDP-wrapped 3-layer MLP, seeds and data (on the GPU) on every side; a step's time from CUDA events over about "
-            f"{seconds:g} s of steps after a warm-up, launch excluded; {rounds} alternating rounds, medians. Weights compared after "
-            f"10 steps. torchrun runs twice: as launched by default, and given the thread count ddp_nb gives its rank "
-            f"({threads['OMP_NUM_THREADS']}); the second is the like-for-like ratio (goal 0.98–1.02).\n\n"
-            + table(['model', 'ddp_nb ms/step', 'torchrun ms/step', 'ratio', f"torchrun, {threads['OMP_NUM_THREADS']} threads, ms/step",
-                     'like-for-like ratio', 'bit-identical weights'], rows)
-            + "\n\n" + timer_section(tc))
+            f"{seconds:g} s of steps after a warm-up, launch excluded; {rounds} alternating rounds, each side a new process every "
+            "round (a new cluster for ddp_nb); medians (min–max). Weights compared after 10 steps."
+            + (f" torchrun runs twice: as launched by default, and given the thread count ddp_nb gives its rank ({n}); the second is"
+               " the like-for-like ratio (goal 0.98–1.02)." if threads else " Goal: ratio 0.98–1.02.") + "\n\n"
+            + table(['model', 'ddp_nb ms/step', 'torchrun ms/step', 'ratio'] + ([f"torchrun, {n} threads, ms/step"] if threads else [])
+                    + ['like-for-like ratio', 'bit-identical weights'], rows)
+            + ("\n\n" + timer_section(tc) if timer else ''))
 
 
 def timer_section(res: list) -> str:
@@ -312,10 +325,15 @@ def main(argv=None):
     ap.add_argument('--explain', action='store_true')
     ap.add_argument('--trace-dir', default=None)
     ap.add_argument('--trace', default=None)   # a worker's profiler trace file
+    ap.add_argument('--configs', default=None, help="indices into CONFIGS, e.g. '0' (the launch-bound one); default all")
+    ap.add_argument('--no-timer', action='store_true', help="leave out the StepTimer rows")
+    ap.add_argument('--no-threads', action='store_true', help="leave out torchrun given ddp_nb's thread count")
     a = ap.parse_args(argv)
-    if a.worker: return explained_worker(a.out, a.trace) if a.explain else worker(a.seconds, a.out)
+    configs = tuple(CONFIGS[int(i)] for i in a.configs.split(',')) if a.configs else CONFIGS
+    if a.worker: return explained_worker(a.out, a.trace) if a.explain else worker(a.seconds, a.out, configs)
     t0 = time.time()
-    text = explain(a.rounds, a.trace_dir) if a.explain else run(a.rounds, a.seconds)
+    text = (explain(a.rounds, a.trace_dir) if a.explain else
+            run(a.rounds, a.seconds, configs, timer=not a.no_timer, threads=not a.no_threads))
     text = f"Machine: {machine()}  \nCommand: `python -m benchmarks.gpu` ({time.time() - t0:.0f} s, {time.strftime('%Y-%m-%d')}).\n\n{text}\n"
     if a.out: Path(a.out).write_text(text)
     print(text)

@@ -79,8 +79,12 @@ class Sink:
     def report(self, step=None, **metrics):
         "Record metrics for `step` (default: one more than the last); values are read later, in `flush`"
         step = self.steps(step, metrics.get('epoch'))
-        self.buf.append((time.time(), step, metrics))
+        self.buf.append((time.time(), step, metrics, False))
         if time.monotonic() - self.last_read >= self.read_every: self.flush()
+
+    def report_late(self, step, **metrics):
+        "Record metrics of an earlier `step` (a GPU's timings): written with that step, never a new run"
+        self.buf.append((time.time(), step, metrics, True))
 
 # %% ../nbs/01j_batch.ipynb #4be92442
 @patch
@@ -99,15 +103,17 @@ def _values(self:Sink, step, metrics:dict) -> dict:
 def flush(self:Sink, final:bool=False):
     "Read the buffered reports and write them: every one to JSON Lines and TensorBoard, a line to stdout when due"
     buf, self.buf, self.last_read = self.buf, [], time.monotonic()
-    for t, step, metrics in buf:
+    for t, step, metrics, late in buf:
         step, bad = _step(step)  # an int, as the dashboard gets it (a tensor or numpy step is no JSON)
         if bad and 'step' not in self.warned:
             print(f"ddp_nb report: rank {self.rank}: step {bad}: shown as step -1", file=sys.stderr); self.warned.add('step')
         vals = self._values(step, metrics)
-        if self.step is not None and step < self.step: self.run += 1  # the step went back: a new run, as on the dashboard
-        self.step = step
+        if not late:  # (a late point is of an earlier step: the run goes on)
+            if self.step is not None and step < self.step: self.run += 1  # the step went back: a new run, as on the dashboard
+            self.step = step
         if self.jsonl: self.jsonl.write(json.dumps(dict(run=self.run, rank=self.rank, step=step, time=t, **{k: v if math.isfinite(v) else None for k, v in vals.items()})) + '\n')
         if self.tb: self._tb(t, step, vals)
+        if late: continue  # (stdout shows the newest step)
         self.last = (step, vals)
         if self.every is not None and (self.last_line is None or t - self.last_line >= self.every):
             print(report_line(self.rank, step, vals), file=self.out or sys.stdout, flush=True)

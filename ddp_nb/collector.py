@@ -5,6 +5,7 @@
 # %% ../nbs/02f1_collector.ipynb #6d5d54fc
 from __future__ import annotations
 import logging, math, os, secrets, sys, threading, time
+from array import array
 from bisect import bisect_left
 from collections import deque
 from fastcore.basics import patch
@@ -186,9 +187,12 @@ def _fold(self:Collector, msg:dict, now:float|None=None):
         if flags: self.version += 1
         return  # a heartbeat alone is no news
     back, n = msg['back'], len(steps)  # where the step went back inside the batch (equal: more metrics, same step)
-    # cl.restart: the run the others are in
-    if rs.fresh: new, rs.run, rs.fresh = False, self._run_of_new_engine(rs, steps[0]), False
-    else: new = rs.step is not None and steps[0] < rs.step  # the step went back since the last batch: a new run
+    late = set(msg.get('late') or ())  # points of earlier steps (a GPU timer's): they never start a run
+    first = steps[0] if not late else next((steps[i] for i in range(n) if i not in late), None)
+    if rs.fresh and first is not None:  # cl.restart: the run the others are in
+        new, rs.run, rs.fresh = False, self._run_of_new_engine(rs, first), False
+    # the step went back since the last batch: a new run
+    else: new = rs.step is not None and first is not None and first < rs.step
     for a, b in zip([0] + back, back + [n]): self._fold_run(rs, msg, a, b, a > 0 or new)
     self.newest_t = max(self.newest_t, msg['ts'][-1])
     self.received += n; rs.received += n
@@ -221,8 +225,18 @@ def _fold_run(self:Collector, rs:RankState, msg:dict, a:int, b:int, new:bool):
         if rs.rate and ts[0] - rs.rate[-1][0] > IDLE_GAP: rs.rate.clear()
         rs.gap = False
     if rs.start is None: rs.start, rs.first_step = ts[0], steps[0]
-    rs.step = steps[-1]
-    rs.rate.extend(ts, steps)
+    keep = None  # with points of earlier steps among them (late): the newest step and the rate from the others
+    if msg.get('late'):
+        late = set(msg['late'])
+        keep = [i - a for i in range(a, b) if i not in late]
+        if not keep and (new or rs.step is None): keep = None  # nothing else to go by: take them as they come
+    if keep is None:
+        rs.step = steps[-1]
+        rs.rate.extend(ts, steps)
+    elif keep:
+        top = max(steps[i] for i in keep)
+        rs.step = top if new or rs.step is None else max(rs.step, top)
+        rs.rate.extend(array('d', [ts[i] for i in keep]), array('q', [steps[i] for i in keep]))
     for k, (vals, ix) in msg['cols'].items():
         if ix is None: ks, kt, kv = steps, ts, (vals if whole else vals[a:b])
         else:  # reported at some points only: those between a and b

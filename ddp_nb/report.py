@@ -17,7 +17,7 @@ from .compat_ipp import on_uncaught_error, session_key
 __all__ = ['MAX_TEXT', 'WIRE', 'MAX_BATCH', 'MAX_POINTS', 'MAX_METRICS', 'MAX_NAME', 'MAX_FLAGS', 'LOAD_KEYS', 'HEAD',
            'to_number', 'clean_text', 'nvml_uuid', 'nvml_facts', 'nvml_problem', 'gpu_handle', 'gpu_memory',
            'LoadSampler', 'encode', 'decode', 'report_key', 'sign', 'unsign', 'check_head', 'Reporter',
-           'batch_interval', 'connect', 'disconnect', 'report']
+           'batch_interval', 'connect', 'disconnect', 'report', 'report_late']
 
 # %% ../nbs/01a_report.ipynb #86c6ce7a
 MAX_TEXT = 300  # characters of a message (an error, a flag, a note) in a batch
@@ -122,19 +122,22 @@ MAX_BATCH = 2**20  # bytes in one message at most: the collector refuses bigger 
 MAX_POINTS, MAX_METRICS, MAX_NAME, MAX_FLAGS = 4096, 256, 100, 64  # per batch; characters of a metric name
 
 def encode(head:dict, # who sent it and its state: rank, pid, host, t, busy, ...
-           pts:list, # [(time, step, {metric: float})], oldest first
+           pts:list, # [(time, step, {metric: float}[, late])], oldest first; late: of an earlier step (`report_late`)
           ) -> bytes:
     "A batch as one message: a line of JSON, then steps (int64), times (float64) and each metric's values (float64; and int64 indices unless every point has it)"
-    steps, ts, cols = array('q'), array('d'), {}
-    for i, (t, step, vals) in enumerate(pts):
+    steps, ts, cols, back, late, prev = array('q'), array('d'), {}, [], [], None
+    for i, (t, step, vals, *lt) in enumerate(pts):
         steps.append(step); ts.append(t)
         for k, v in vals.items():
             c = cols.get(k)
             if c is None: c = cols[k] = (array('d'), array('q'))
             c[0].append(v); c[1].append(i)
-    back = [i for i in range(1, len(steps)) if steps[i] < steps[i - 1]]  # a new run starts there
+        if lt and lt[0]: late.append(i)  # a late point never starts a run
+        else:
+            if prev is not None and step < prev: back.append(i)  # the step went back: a new run starts here
+            prev = step
     layout = [[k, len(ix) if len(ix) < len(steps) else None] for k, (_, ix) in cols.items()]  # points that have it; None: all
-    head = dict(head, wire=WIRE, order=sys.byteorder, n=len(steps), back=back, cols=layout)
+    head = dict(head, wire=WIRE, order=sys.byteorder, n=len(steps), back=back, cols=layout, **({'late': late} if late else {}))
     parts = [json.dumps(head).encode(), b'\n', steps.tobytes(), ts.tobytes()]  # json.dumps never writes a raw newline
     for (k, some), (v, ix) in zip(layout, cols.values()): parts += [v.tobytes()] if some is None else [v.tobytes(), ix.tobytes()]
     return b''.join(parts)
@@ -203,8 +206,8 @@ def _cols(cs, n) -> bool:
         if type(c) is not list or len(c) != 2 or not _name(c[0]) or c[0] in seen or not (c[1] is None or _int(c[1], 1, n - 1)): return False
         seen.add(c[0])
     return True
-def _back(b, n) -> bool:
-    return type(b) is list and (not b or all(_int(i, 1, n - 1) for i in b) and all(a < c for a, c in zip(b, b[1:])))
+def _back(b, n, lo:int=1) -> bool:  # increasing point indices in lo..n-1
+    return type(b) is list and (not b or all(_int(i, lo, n - 1) for i in b) and all(a < c for a, c in zip(b, b[1:])))
 def _load(d, n) -> bool:  # as LoadSampler takes it: cpu and rss, then gpu, gpu_mem and gpu_total or none of them; maybe gpu_note
     if type(d) is not dict: return False
     k = len(d) - ('gpu_note' in d)
@@ -214,6 +217,7 @@ LOAD_KEYS = ('cpu', 'rss', 'gpu', 'gpu_mem', 'gpu_total')
 HEAD = dict(  # field: (required, check(value, n)); any other field is refused. One call a field: check_head is a few µs
     wire=(True, lambda v, n: type(v) is int and v == WIRE), order=(True, lambda v, n: v == 'little' or v == 'big'),
     n=(True, lambda v, n: type(v) is int and 0 <= v <= MAX_POINTS), back=(True, _back), cols=(True, _cols),
+    late=(False, lambda v, n: _back(v, n, 0)),
     rank=(True, lambda v, n: type(v) is int and 0 <= v < 2**63), pid=(True, lambda v, n: type(v) is int and 0 < v < 2**63),
     host=(True, lambda v, n: type(v) is str and len(v) <= 256 and v.isprintable()), t=(False, lambda v, n: _num(v)),
     every=(False, lambda v, n: _num(v, 1e-3) and v <= 3600), busy=(True, lambda v, n: type(v) is bool),
@@ -273,7 +277,11 @@ class Reporter:
         "Record metrics for `step` (default: one more than the last); returns at once"
         step = self.steps(step, metrics.get('epoch'))
         self.last_report = t = time.time()
-        self.buf.append((t, step, metrics))
+        self.buf.append((t, step, metrics, False))
+
+    def report_late(self, step, **metrics):
+        "Record metrics of an earlier `step` (a GPU's timings, read once ready): added to that step, never a new run"
+        self.buf.append((time.time(), step, metrics, True))
 
 # %% ../nbs/01a_report.ipynb #ec43bce5
 def _step(v) -> tuple:
@@ -288,9 +296,9 @@ def _step(v) -> tuple:
 @patch
 def _batch(self:Reporter) -> tuple:
     "Drain the buffer into one batch of at most MAX_POINTS points and about MAX_BATCH/2 bytes: (header with flags, heartbeat and now and then load; points)"
-    pts, flags, names, size = [], [], set(), 0
+    pts, flags, names, size, at = [], [], set(), 0, {}  # at: step -> its point in this batch (the newest run's)
     while self.buf and len(pts) < MAX_POINTS and size < MAX_BATCH // 2:
-        t, step, metrics = self.buf.popleft()
+        t, step, metrics, late = self.buf.popleft()
         s, bad = _step(step)
         if bad: flags.append((-1, 'step', bad))  # shown as step -1, and said
         vals = {}
@@ -301,8 +309,12 @@ def _batch(self:Reporter) -> tuple:
             vals[k], bad = to_number(v)
             if bad: flags.append((s, k, bad))
         size += 16 * (1 + len(vals))
-        if pts and pts[-1][1] == s: pts[-1][2].update(vals)  # the same step again (fit's loss, then its timer's breakdown): one point
-        else: pts.append((t, s, vals))
+        if late and s in at: pts[at[s]][2].update(vals)  # a GPU timer's breakdown of a step in this batch: that point
+        elif pts and pts[-1][1] == s: pts[-1][2].update(vals)  # the same step again (fit's loss, then a CPU timer's breakdown)
+        else:
+            if not late and pts and s < pts[-1][1]: at = {}  # a new run: earlier steps are its own
+            if not late: at[s] = len(pts)
+            pts.append((t, s, vals, late))
     now = time.time()
     head = dict(rank=self.rank, pid=self.pid, host=self.host, t=now, every=self.interval, flags=flags[-MAX_FLAGS:], sid=self.sid, seq=self.seq,
                 busy=now - self.last_report < 2.0, cell=self.in_cell, dropped=self.dropped, error=self.error, stop_eta=ctx.stop_eta())
@@ -399,3 +411,10 @@ def report(step:int|None=None, # the training step; None: one more than the last
     "Report metrics for this step to the notebook's dashboard (a no-op outside a cluster)"
     r = ctx.reporter
     if r is not None: r.report(step, **metrics)
+
+def report_late(step:int, # an earlier step, already reported or not
+                **metrics, # numbers or scalar tensors
+               ):
+    "Report metrics of an earlier step (a GPU's timings, read once ready): they join that step and never start a new run"
+    r = ctx.reporter
+    if r is not None: r.report_late(step, **metrics)

@@ -106,8 +106,8 @@ class GradWait:
 # %% ../nbs/01f_timing.ipynb #89417b46
 def _send(step, **metrics):
     "Report to the notebook's collector (a no-op outside a cluster)"
-    from ddp_nb.report import report
-    report(step, **metrics)
+    from ddp_nb.report import report_late
+    report_late(step, **metrics)  # on a GPU, after later steps' reports: they must not start a new run
 
 class _Phase:
     "`with timer.phase(name):` (a class: cheaper than a generator context manager)"

@@ -64,6 +64,7 @@ def valid(rng, r) -> bytes:
         names = rng.sample(NAMES, rng.randrange(1, 5)) + ([rng.choice(BAD_NAMES)] if rng.random() < 0.05 else [])
         r.report(step=rng.choice([step, step, step, None, 'x', 2**64, 1.5]) if rng.random() < 0.1 else step,
                  **{n: value(rng) for n in names})
+        if rng.random() < 0.1: r.report_late(step - rng.choice([0, 1, 2, 5]), t_step=value(rng))   # a GPU timer's breakdown
         step += rng.choice([1, 1, 1, 0, 2])
     r.error = rng.choice([None, None, (CLOCK.time(), 'ValueError: ' + EVIL)])
     r.in_cell = rng.random() < 0.5
@@ -142,6 +143,8 @@ def mutate(rng, body: bytes) -> bytes:
             h['cols'] = cs; body = join(h, cols)
         elif k == 5:   # back that is not where steps go back
             h['back'] = rng.choice([[], [0], [1], [1, 1], [2, 1], list(range(1, 100)), [n], [n - 1]])
+            if rng.random() < 0.5:   # late points that are none of the batch's
+                h['late'] = rng.choice([[], [0], [-1], [1, 1], [2, 1], list(range(n + 2)), [n], [n - 1], 'x', [0.5]])
             body = join(h, cols)
         elif k == 6:   # the other byte order: the same bytes read as other numbers
             h['order'] = 'big' if h.get('order') == 'little' else 'little'; body = join(h, cols)
