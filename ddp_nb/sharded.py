@@ -23,8 +23,10 @@ from torch.distributed.fsdp import fully_shard, FSDPModule, MixedPrecisionPolicy
 from torch.distributed.tensor import DTensor
 from .host import pid_alive
 from .context import rank_info
-from .train import (_from_0, CheckpointError, UnsafeCheckpointError, atomic_save, checkpoints, load_weights_only, newest_good,
-                          read_checkpoint, rng_state, set_rng_state, unwrap, _decide_on_0, _newest_readable)
+from .seeding import rng_state, set_rng_state
+from .wrap import unwrap
+from .checkpoint import (_from_0, CheckpointError, UnsafeCheckpointError, atomic_save, checkpoints, load_weights_only,
+                               newest_good, read_checkpoint, _decide_on_0, _newest_readable)
 
 # %% ../nbs/01g_sharded.ipynb #8c7e708d
 def shard_units(model:nn.Module, # the whole model (the root is never listed: it is sharded last, always)

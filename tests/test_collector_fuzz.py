@@ -284,8 +284,8 @@ def bodies(seed: int, cases: int):
 
 @contextlib.contextmanager
 def clocked():
-    "report and dashboard read the time from CLOCK"
-    CLOCK.t, mods = 1.8e9, [sys.modules['ddp_nb.report'], sys.modules['ddp_nb.dashboard']]
+    "report, the collector and the dashboard read the time from CLOCK"
+    CLOCK.t, mods = 1.8e9, [sys.modules[f'ddp_nb.{m}'] for m in ('report', 'collector', 'dashboard')]
     for m in mods: m.time = CLOCK
     try: yield
     finally:

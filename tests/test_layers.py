@@ -9,8 +9,11 @@ from conftest import ROOT, run
 # the kernel side may also name rank-side functions (to send them by reference), never the other way round.
 LAYERS = {
     'core': ('shared', 0), 'host': ('shared', 1), 'compare': ('shared', 1), 'postmortem': ('shared', 2), 'profile': ('shared', 1), 'collectives': ('shared', 3), 'compat_ipp': ('shared', 1), 'compat_torch': ('shared', 2), 'processes': ('shared', 2),
-    'context': ('rank', 3), 'report': ('rank', 4), 'rank': ('rank', 5), 'scripts': ('rank', 6), 'train': ('rank', 6), 'timing': ('rank', 5), 'sharded': ('rank', 7), 'fabric': ('rank', 3), 'digits': ('rank', 7),
+    'context': ('rank', 3), 'report': ('rank', 4), 'rank': ('rank', 5), 'scripts': ('rank', 6), 'timing': ('rank', 5), 'sharded': ('rank', 7), 'fabric': ('rank', 3), 'digits': ('rank', 7),
     'batch': ('rank', 6), 'horovod': ('rank', 7), 'to_script': ('kernel', 8),
+    'seeding': ('rank', 4), 'stopping': ('rank', 4), 'wrap': ('rank', 4), 'loader': ('rank', 5), 'checkpoint': ('rank', 6),
+    'train': ('rank', 7),  # fit; it re-exports the five parts below it
+    'history': ('kernel', 5), 'plot': ('kernel', 5), 'collector': ('kernel', 6),  # the dashboard's parts (it re-exports them)
     'ranks': ('kernel', 8), 'engines': ('kernel', 8), 'outputs': ('kernel', 8), 'dashboard': ('kernel', 8), 'export': ('kernel', 8), 'group': ('kernel', 9), 'supervise': ('kernel', 9),
     'magics': ('kernel', 10), 'launch': ('kernel', 10), 'cluster': ('kernel', 11), 'cli': ('kernel', 12),
 }
