@@ -5,6 +5,7 @@
 # %% ../nbs/00_core.ipynb #d55c729a
 from __future__ import annotations
 import operator, re
+from typing import Protocol
 
 # %% auto #0
 __all__ = ['BACKENDS', 'PROGRESS_KEYS', 'TB_HINT', 'CLUSTER_PREFIX', 'pick_backend', 'engine_count', 'visible_gpus',
@@ -225,8 +226,6 @@ def parse_ranks(spec, # int, list of ints, 'all', '0,2', '1:3' or '::2'
     return sorted(set(rs))
 
 # %% ../nbs/00_core.ipynb #a721b74a
-from typing import Protocol
-
 class RankRunner(Protocol):
     "What a helper needs of a cluster: its size, and `run` (results in rank order); a `DDPCluster` is one"
     world_size: int
