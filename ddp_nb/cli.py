@@ -76,13 +76,13 @@ def demo(n:int|None=None, # engines; None for the cluster's default
         machine = machine_info(cl._ranks.plan, cl.backend)
         log(f"Cluster ready in {cl.start_time:.1f}s:\n{cl!r}\nRunning on: {describe_machine(machine)}")
         from ddp_nb import digits  # (this imports torch here too: the job's functions are named by reference)
-        cl.call(digits.job_start, lr, batch_size, seed)
+        cl.run(digits.job_start, lr, batch_size, seed)
         losses = []
         for e in range(epochs):
             te = time.monotonic()
-            losses.append(cl.call(digits.job_epoch)[0])
+            losses.append(cl.run(digits.job_epoch)[0])
             log(f"epoch {e+1:>3}/{epochs}  loss {losses[-1]:.4f}  {time.monotonic()-te:.2f}s")
-        ends = list(cl.call(digits.job_result).values())
+        ends = cl.run(digits.job_result)
         ws, backend = cl.world_size, cl.backend
     digests = {r['digest'] for r in ends}
     if len(digests) != 1: raise RuntimeError(f"Ranks ended with different weights: {sorted(digests)}")

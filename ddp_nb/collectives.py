@@ -72,7 +72,7 @@ def to_records(dump:dict, # `compat_torch.flight_recorder_dump()`: its entries
 # %% ../nbs/00h_collectives.ipynb #c310000c
 def records(last:int=20, # records per process group
            ) -> list:
-    "This rank's last collectives (call it on a rank: `cl.call(records)`)"
+    "This rank's last collectives (call it on the ranks: `cl.run(records)`)"
     from ddp_nb.compat_torch import flight_recorder_dump
     return to_records(flight_recorder_dump(), last)
 
@@ -292,7 +292,7 @@ def _cell(r) -> str:
     if r is None: return '—'
     return f"{r['op']} {'+'.join(r['shapes'])} {'/'.join(sorted(set(r['dtypes'])))}".rstrip() + (f" @ {r['where']}" if r.get('where') else '') + (' …' if r['state'] == 'pending' else '')
 
-def collectives_table(records:dict, # rank -> records (`read_records`, or `cl.call(records)`)
+def collectives_table(records:dict, # rank -> records (`read_records`, or `dict(enumerate(cl.run(records)))`)
                       last:int=20, # rows: the latest sequence numbers
                      ) -> CollectivesTable:
     "The last collectives of every rank side by side, rows where ranks differ (op, shapes, dtypes, or missing) marked; '…': pending"

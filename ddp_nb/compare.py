@@ -6,7 +6,7 @@
 from __future__ import annotations
 import dataclasses, hashlib, html, os, pickle, sys, time
 from fastcore.basics import patch
-from .core import parse_ranks, rank_ranges
+from .core import RankRunner, call_ranks, parse_ranks, rank_ranges
 
 # %% auto #0
 __all__ = ['tensor_digest', 'NumberList', 'EmptyContainer', 'is_dtensor', 'leaf_entry', 'dtensor_entry', 'unwrap_module',
@@ -547,13 +547,9 @@ def compare_objects(objs:dict, # rank (or any int label) -> object
     return fill_diffs(c, lambda want: {r: rank_values('value', want, max_elements, nss[r], r) for r in want}, max_elements)
 
 # %% ../nbs/00e_compare.ipynb #29cd1c8b
-def _call(cl, fn, *args, ranks:list) -> dict:
-    "Run `fn(*args)` on `ranks` of cluster `cl`: {rank: result}"
-    return cl.call(fn, *args, ranks=ranks)
-
 def _nbytes(o) -> int: return len(pickle.dumps(o, protocol=4))
 
-def compare(cl, # a started DDPCluster
+def compare(cl:RankRunner, # a started cluster (a DDPCluster)
             expr:str, # an expression on every rank ('model', 'opt', "[p.grad for p in model.parameters()]"), or 'rng' / 'sampler'
             ranks=None, # ranks to compare (int, list, '0,2', '1:'); None: all
             max_elements:int=1_000_000, # per entry, values pulled from a rank for the difference at most; bigger: a bound
@@ -562,11 +558,11 @@ def compare(cl, # a started DDPCluster
            ) -> Comparison:
     "Evaluate `expr` on every rank and show what differs: per entry, whether ranks agree, which differ, and by how much"
     t0, rs = time.perf_counter(), parse_ranks(ranks, cl.world_size)
-    fps = _call(cl, evaluate, expr, None, max_entries, ranks=rs)
+    fps = call_ranks(cl, evaluate, expr, None, max_entries, ranks=rs)
     c = compare_fingerprints(fps, expr)
     c.nbytes = _nbytes(fps)
     def fetch(want):
-        got = _call(cl, rank_values, expr, want, max_elements, ranks=sorted(want))
+        got = call_ranks(cl, rank_values, expr, want, max_elements, ranks=sorted(want))
         c.nbytes += _nbytes(got)
         return got
     if diff: fill_diffs(c, fetch, max_elements)

@@ -5,13 +5,14 @@
 # %% ../nbs/00_core.ipynb #d55c729a
 from __future__ import annotations
 import operator, re
+from typing import Protocol
 
 # %% auto #0
 __all__ = ['BACKENDS', 'PROGRESS_KEYS', 'TB_HINT', 'CLUSTER_PREFIX', 'pick_backend', 'engine_count', 'visible_gpus',
            'threads_per_rank', 'plan_ranks', 'check_gpus', 'torchrun_env', 'rank_device', 'single_host', 'label_hosts',
            'iface_of', 'master_address', 'check_ifname', 'engines_per_host', 'slurm_script', 'mpi_host_args',
-           'parse_ranks', 'rank_magic_args', 'rank_ranges', 'StepCounter', 'tensorboard_parts', 'tb_tag',
-           'make_cluster_id', 'cluster_owner', 'stack_file']
+           'parse_ranks', 'RankRunner', 'call_ranks', 'rank_magic_args', 'rank_ranges', 'StepCounter',
+           'tensorboard_parts', 'tb_tag', 'make_cluster_id', 'cluster_owner', 'stack_file']
 
 # %% ../nbs/00_core.ipynb #b29d9b8a
 BACKENDS = ('nccl', 'gloo')
@@ -223,6 +224,20 @@ def parse_ranks(spec, # int, list of ints, 'all', '0,2', '1:3' or '::2'
     if bad: raise ValueError(f"Rank(s) {bad} out of range: this cluster has ranks 0..{world_size-1}.")
     if not rs: raise ValueError(f"{spec!r} selects no rank: this cluster has ranks 0..{world_size-1}.")
     return sorted(set(rs))
+
+# %% ../nbs/00_core.ipynb #a721b74a
+class RankRunner(Protocol):
+    "What a helper needs of a cluster: its size, and `run` (results in rank order); a `DDPCluster` is one"
+    world_size: int
+    def run(self, f, *args, ranks=None, **kwargs) -> list: ...
+
+def call_ranks(cl:RankRunner, # a started cluster
+               fn, # the function to call on each selected rank
+               *args,
+               ranks=None, # the ranks to call (see `parse_ranks`); None: all
+              ) -> dict: # rank -> result
+    "`fn(*args)` on the selected ranks of `cl`, by rank"
+    return dict(zip(parse_ranks(ranks, cl.world_size), cl.run(fn, *args, ranks=ranks)))
 
 # %% ../nbs/00_core.ipynb #6e06c4a2
 def rank_magic_args(line:str, # what follows %%rank

@@ -7,6 +7,7 @@ from __future__ import annotations
 import html, json, math, os, re, statistics, tempfile, time
 from contextlib import contextmanager
 from pathlib import Path
+from .core import RankRunner, call_ranks
 
 # %% auto #0
 __all__ = ['MARK', 'STEP', 'COMM', 'WORK', 'on_gpu', 'load_trace', 'Steps', 'profile_steps', 'clock_offset', 'merge_traces',
@@ -285,10 +286,6 @@ def profile_on_rank(work, # code to exec in this engine's namespace, or a functi
         for i in range(steps): call(); p.step()
     return p.info
 
-def _call(cl, fn, *args) -> dict:
-    "{rank: fn(*args)} from every rank: the one place that knows how the cluster calls its ranks"
-    return cl.call(fn, *args)
-
 class Picture:
     "A matplotlib figure that a notebook shows as PNG without pyplot"
     def __init__(self, fig): self.fig = fig
@@ -309,7 +306,7 @@ class Profile:
     def _repr_markdown_(self):  # names in the table come from the ranks' traces: markdown may hold HTML, so it is escaped
         return f"{html.escape(self.table)}\n\n**{html.escape(self.verdict or 'No straggler.')}**\n\nMerged trace (open in https://ui.perfetto.dev): `{self.path}`"
 
-def profile(cl, # a started DDPCluster
+def profile(cl:RankRunner, # a started cluster (a DDPCluster)
             work, # code run in the ranks' namespace for each step (e.g. "train_step()"), or a function
             steps:int=5, # steps to profile
             folder=None, # where the traces go; None: a new temporary folder
@@ -317,6 +314,6 @@ def profile(cl, # a started DDPCluster
            ) -> Profile:
     "Profile `steps` steps on every rank; one merged trace, a per-rank summary and a verdict"
     folder = str(folder or tempfile.mkdtemp(prefix='ddp_nb-profile-'))
-    infos = _call(cl, profile_on_rank, work, steps, folder, warmup)
+    infos = call_ranks(cl, profile_on_rank, work, steps, folder, warmup)
     out = os.path.join(folder, 'merged.json')
     return Profile(merge_traces({r: i['path'] for r, i in infos.items()}, out), out)

@@ -255,7 +255,7 @@ def test_sharded_checkpoints_on_two_ranks(tmp_path, no_leftovers):
     folder, marker, keep = tmp_path / 'run', tmp_path / 'MARKER', tmp_path / 'keep'
     newest = folder / 'step-00000002'
     with DDPCluster(n=2) as cl:
-        def on_ranks(*args): return cl.call(_sharded_rank, *args, timeout=180)
+        def on_ranks(*args): return dict(enumerate(cl.run(_sharded_rank, *args, timeout=180)))
         saved = on_ranks('save', str(folder))            # rank -> [its shards at step 1, at step 2]
         shutil.copytree(newest, keep)
         (newest / '.metadata').write_bytes(pickle.dumps(_Payload(marker)))

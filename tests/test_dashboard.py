@@ -67,7 +67,7 @@ def test_cell_error_shows_as_error(no_leftovers):
 def test_dead_rank_is_marked_and_others_keep_drawing(no_leftovers):
     with DDPCluster(n=2) as cl:
         d = cl.dashboard(mode='widget', every=0.05)
-        ar = cl.on(1).execute(LOOP.format(ranks={1}, n=300, dt=0.02), block=False)
+        ar = cl.run(LOOP.format(ranks={1}, n=300, dt=0.02), ranks=1, block=False)
         _until(lambda: 1 in cl._collector.ranks and cl._collector.ranks[1].step is not None, what='rank 1 reporting')
         os.kill(cl.ranks[0].pid, signal.SIGKILL)
         took = _until(lambda: d._statuses()[0] == 'dead', timeout=5, what='rank 0 dead')

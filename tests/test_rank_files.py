@@ -24,7 +24,7 @@ def wait_for(cond, limit: float = 30, what: str = ''):
 def test_rank_files_are_private_and_go_with_the_cluster(no_leftovers):
     with DDPCluster(n=2) as cl:
         cid, d = cl.cluster_id, rank_dir()
-        assert cl.call(rank.check_group) == {0: 2, 1: 2}  # an all-reduce (the module's function: ranks import it)
+        assert cl.run(rank.check_group) == [2, 2]  # an all-reduce (the module's function: ranks import it)
         cl.where(show=False)  # each rank appends its stacks to its stack file (SIGUSR1 -> faulthandler)
         want = {f"{cid}-{kind}-{r}.{ext}" for r in (0, 1) for kind, ext in (('stack', 'txt'), ('collectives', 'json'))}
         wait_for(lambda: want <= {f.name for f in rank_files(cid)}, what=f"the ranks' files {sorted(want)}")  # records: after a 1 s stall
