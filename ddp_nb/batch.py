@@ -168,9 +168,9 @@ def join_group(threads:int|None=None, # intra-op threads; None: DDP_NB_THREADS, 
     if rank_info().rank == 0 and ctx.store is None and os.environ.get('TORCHELASTIC_USE_AGENT_STORE') != 'True':
         rank_side.open_store(addr, rank_info().world_size, timeout, port)  # env:// without torchrun's agent: rank 0 hosts the store
         _opened['store'] = True
-    ri = rank_side.init_group(addr, port, timeout)
+    rank_side.init_group(addr, port, timeout)
     _opened['group'] = True
-    return ri
+    return rank_info()
 
 def begin(report:str|None='stdout', # where `report()` goes outside a cluster (`parse_sinks`; DDP_NB_REPORT overrides)
           threads:int|None=None, # intra-op threads per rank (`join_group`)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os, secrets, signal, sys, threading, time, warnings
 from multiprocessing.util import Finalize
 from fastcore.basics import patch
-from .core import engine_count, make_cluster_id, pick_backend
+from .core import Phases, engine_count, make_cluster_id, pick_backend
 from .host import local_cpus, local_gpus
 from .processes import cluster_procs, kill_procs, remove_rank_files
 from .compat_ipp import abandon_client, session_key, stop_sync_thread
@@ -60,7 +60,7 @@ class DDPCluster:
         self.env, self.heartbeat_ms, self.start_timeout = dict(env or {}), heartbeat_ms, start_timeout
         self.ipp_kwargs = ipp_kwargs
         self.persistent, self.port, self.per_host, self.attached = persistent, port, n, False
-        self.cluster_id = self.start_time = self.master_addr = self.master_port = None
+        self.cluster_id = self.start_time = self.start_phases = self.master_addr = self.master_port = None
         self._ipp = self._rc = self._view = self._fin = self._collector = self._history = self._dash = None
         # _outside: the message once stopped outside this notebook; _warming: ranks that may still ready their records
         self._ranks, self._sup, self._outside, self._warming = RankSet(None), None, None, set()
@@ -99,10 +99,13 @@ class DDPCluster:
 def _form_group(self:DDPCluster,
                 fixed:dict|None=None, # engine id -> rank for engines that keep theirs (restart)
                 ids:list|None=None, # the engines to use; None: the current plan's, or every registered engine
+                phases:Phases|None=None, # where the two steps' times go (a start's `start_phases`)
                ):
     "Plan the ranks, form the checked process group, and make the view every `%%px` cell runs on"
-    plan_group(self._ranks, ids, fixed, self.start_timeout)
-    g = form_group(self._ranks, self.backend, self.timeout, self.threads, self.ifname, self.port, self.cluster_id)
+    ph = phases or Phases()
+    with ph('engine facts'): plan_group(self._ranks, ids, fixed, self.start_timeout)  # (waits for the engines' torch)
+    with ph('process group'):
+        g = form_group(self._ranks, self.backend, self.timeout, self.threads, self.ifname, self.port, self.cluster_id)
     self.backend, self.master_addr, self.master_port = g['backend'], g['master_addr'], g['master_port']
     self._view = self._rc.direct_view(self._ranks.engine_ids())
     self._view.block = True
@@ -221,17 +224,20 @@ def _bring_up(self:DDPCluster,
              ) -> DDPCluster:
     "Connect, form the checked group, start the dashboard's collector, activate `%%px`; on failure stop, leave nothing"
     self._outside = None
+    ph = self.start_phases = self.start_phases or Phases()  # (start() began it)
     try:
         connect()
         self._ranks = RankSet(self._rc)
         self._sup = Supervisor(self._ranks, self.cluster_id, self.timeout, progress=lambda: self._collector,
                                death=self._death, limits=self, gone=self._controller_gone, on_gone=self._forget)
-        self._form_group()
-        host = collector_host(self._ranks, self.ifname)
-        self._collector = Collector(host, session_key(self._rc), world=self.world_size)
-        self._connect_reporters()
-        self._warm_records()
-        self._activate()
+        self._form_group(phases=ph)
+        with ph('dashboard'):
+            host = collector_host(self._ranks, self.ifname)
+            self._collector = Collector(host, session_key(self._rc), world=self.world_size)
+            self._connect_reporters()
+        with ph('records and %%px'):
+            self._warm_records()
+            self._activate()
     except BaseException:
         self.stop()
         raise
@@ -247,19 +253,23 @@ def start(self:DDPCluster) -> DDPCluster:
                            "its engines.")
     if self._ipp is not None:
         raise RuntimeError(f"This cluster ({self.cluster_id}) is already started: use it, or call cl.stop() first.")
-    t0 = time.monotonic()
-    self.cluster_id = make_cluster_id(os.getpid(), secrets.token_hex(3))
-    if self.engines == 'ssh':
-        self.per_host, self.backend = ssh_hosts(self.hosts, self.per_host, self.ipp_kwargs.get('config'), self.backend)
-        self.n = sum(self.per_host.values())
-    self._ipp = ipp_cluster(self.n, self.cluster_id, self.engines, self.hosts, self.per_host, self.env,
-                            self.heartbeat_ms, self.start_timeout, self.persistent, **self.ipp_kwargs)
-    if not self.persistent:  # a persistent cluster outlives this process
-        self._fin = Finalize(self, _end_unstopped, args=(self._ipp, self.cluster_id), exitpriority=10)
+    t0, ph = time.monotonic(), Phases()
+    self.start_phases = ph
+    with ph('set-up'):
+        self.cluster_id = make_cluster_id(os.getpid(), secrets.token_hex(3))
+        if self.engines == 'ssh':
+            self.per_host, self.backend = ssh_hosts(self.hosts, self.per_host, self.ipp_kwargs.get('config'), self.backend)
+            self.n = sum(self.per_host.values())
+        self._ipp = ipp_cluster(self.n, self.cluster_id, self.engines, self.hosts, self.per_host, self.env,
+                                self.heartbeat_ms, self.start_timeout, self.persistent, **self.ipp_kwargs)
+        if not self.persistent:  # a persistent cluster outlives this process
+            self._fin = Finalize(self, _end_unstopped, args=(self._ipp, self.cluster_id), exitpriority=10)
     def connect():
-        self._ipp.start_cluster_sync()
-        self._rc = self._ipp.connect_client_sync()
-        await_registration(self._rc, sum(es.n for es in self._ipp.engines.values()), self.start_timeout)
+        with ph('controller'): self._ipp.start_controller_sync()
+        with ph('engines launched'): self._ipp.start_engines_sync()
+        with ph('registration'):
+            self._rc = self._ipp.connect_client_sync()
+            await_registration(self._rc, sum(es.n for es in self._ipp.engines.values()), self.start_timeout)
     return self._bring_up(connect, t0)
 
 # %% ../nbs/02g_cluster.ipynb #1047e6d6

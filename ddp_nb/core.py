@@ -4,14 +4,14 @@
 
 # %% ../nbs/00_core.ipynb #d55c729a
 from __future__ import annotations
-import operator, re
+import operator, re, time
 from typing import Protocol
 
 # %% auto #0
 __all__ = ['BACKENDS', 'PROGRESS_KEYS', 'TB_HINT', 'CLUSTER_PREFIX', 'pick_backend', 'engine_count', 'visible_gpus',
            'threads_per_rank', 'plan_ranks', 'check_gpus', 'torchrun_env', 'rank_device', 'single_host', 'label_hosts',
            'iface_of', 'master_address', 'check_ifname', 'engines_per_host', 'slurm_script', 'mpi_host_args',
-           'parse_ranks', 'RankRunner', 'call_ranks', 'rank_magic_args', 'rank_ranges', 'StepCounter',
+           'parse_ranks', 'RankRunner', 'call_ranks', 'rank_magic_args', 'rank_ranges', 'StepCounter', 'Phases',
            'tensorboard_parts', 'tb_tag', 'make_cluster_id', 'cluster_owner', 'stack_file']
 
 # %% ../nbs/00_core.ipynb #b29d9b8a
@@ -277,6 +277,20 @@ class StepCounter:
         if epoch is not None: self.epoch = epoch
         self.last = step
         return step
+
+# %% ../nbs/00_core.ipynb #b22d57b0
+class Phases:
+    "Wall seconds of named phases, in the order they ran: `with phases('group'): ...`"
+    def __init__(self): self.items = []  # [(name, seconds)]
+    def __call__(self, name:str): return _Phase(self, name)
+    def total(self) -> float: return sum(s for _, s in self.items)
+    def __repr__(self): return ' · '.join(f"{n} {s:.2f}s" for n, s in self.items) + f" = {self.total():.2f}s"
+
+class _Phase:
+    "One phase being timed (a class: the `with` of `Phases`)"
+    def __init__(self, phases:Phases, name:str): self.phases, self.name = phases, name
+    def __enter__(self): self.t = time.monotonic()
+    def __exit__(self, *exc): self.phases.items.append((self.name, time.monotonic() - self.t))
 
 # %% ../nbs/00_core.ipynb #c16f908a
 TB_HINT = "writing TensorBoard files needs TensorBoard: pip install 'ddp_nb[tensorboard]' (or pip install tensorboard)"

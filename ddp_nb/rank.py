@@ -41,7 +41,7 @@ def engine_info(peer:str|None=None, # where the notebook reaches the controller 
     n_gpus = torch.cuda.device_count()
     return dict(host=host_name(), hostname=host_name(), host_key=host_identity(), pid=os.getpid(), n_gpus=n_gpus,
                 gpu_names=[torch.cuda.get_device_name(i) for i in range(n_gpus)], n_cpus=len(os.sched_getaffinity(0)),
-                python=sys.version.split()[0], torch=torch.__version__, torch_cuda=torch.version.cuda,
+                python=sys.version.split()[0], torch=str(torch.__version__), torch_cuda=torch.version.cuda,  # str(): a TorchVersion makes the notebook import torch
                 nvidia_driver=os.path.exists('/proc/driver/nvidia/version'),
                 addrs=local_ipv4(), addr=route_source(_controller_host() or peer))
 
@@ -69,7 +69,7 @@ def setup_rank(p:dict, # this rank's entry from `core.plan_ranks`, with 'n_gpus'
                backend:str, # 'nccl' or 'gloo'
                loopback:bool=True, # keep gloo on the loopback interface (single-host clusters)
                ifname:str|None=None, # across hosts: the interface for gloo and nccl; None: the engine's own setting, or the route to rank 0
-              ) -> RankInfo:
+              ) -> None: # (nothing: a torch.device sent back would make the notebook import torch; `rank_info()` has it)
     "Give this process its rank: torchrun environment, thread count, network interface, pinned device (and Accelerate's CPU switch on CPU ranks)"
     import torch
     os.environ.update(env)
@@ -80,7 +80,6 @@ def setup_rank(p:dict, # this rank's entry from `core.plan_ranks`, with 'n_gpus'
     if device.startswith('cuda'): torch.cuda.set_device(torch.device(device))
     else: os.environ['ACCELERATE_USE_CPU'] = '1'  # else Accelerate picks DistributedType.NO on CPU and each rank trains alone
     ctx.record = dict({k: p[k] for k in ('rank', 'local_rank', 'world_size', 'local_world_size')}, device=device, backend=backend)
-    return rank_info()
 
 def forget_rank():
     "Drop this process's rank record (after `teardown`), back to the serial fallback"
@@ -152,7 +151,7 @@ def init_group(master_addr:str, # address of rank 0's store
                port:int, # port of rank 0's store
                timeout:float=60, # seconds for the group to form, and for every collective after
                prefix:str='', # key prefix of this group in the store (a fresh one per group when the store is reused)
-              ) -> RankInfo:
+              ) -> None: # (nothing: a torch.device sent back would make the notebook import torch)
     "Join the default process group through rank 0's store and check it with a tiny all-reduce"
     import torch.distributed as dist
     ri = rank_info()
@@ -170,7 +169,6 @@ def init_group(master_addr:str, # address of rank 0's store
                            f"rank(s) {missing} did not join. Check that those engines are alive (cl.ranks) and reachable, "
                            f"then call cl.start() again, or raise timeout=.") from e
     check_group()
-    return ri
 
 def check_group() -> int:
     "All-reduce a one from every rank; fail unless the sum is the world size"
