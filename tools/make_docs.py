@@ -76,8 +76,11 @@ def escape_html(md: str) -> str:
 def clean_show_doc_md(md: str) -> str:
     "nbdev's show_doc markdown for a site that is not Quarto: no rule first, no Quarto link attributes, no `#LNone`"
     md = re.sub(r'^---\s*\n', '', md.lstrip())
-    md = re.sub(r'(\[source\]\([^)]*?)(#LNone)?\)\{[^}]*\}', r'\1)', md)
-    return escape_html(md).strip() + '\n'
+    m = re.match(r'\s*\[source\]\(([^)]*?)(?:#LNone)?\)(?:\{[^}]*\})?\s*\n', md)
+    if m: md = md[m.end():]
+    md = escape_html(md).strip()
+    if m: md = re.sub(r'^(#+ .*)$', lambda h: f'{h.group(1)}\n\n[source]({m.group(1)})', md, count=1, flags=re.M)
+    return md + '\n'
 
 
 def namespace(nb) -> dict:
