@@ -7,7 +7,8 @@ cell replaced by the markdown it renders (the signature and docments), evaluated
 rewritten for the site (`nbs/X.ipynb` in index.ipynb, files outside nbs/ to the repository). Sphinx then builds the
 HTML with warnings as errors, and tools/check_links.py checks every internal link and anchor of the result.
 
-`python tools/make_docs.py [--dir build/docs]` writes the site into build/docs/html/; exits 1 on a broken link or a failed show_doc."""
+`python tools/make_docs.py [--dir build/docs]` writes the site into build/docs/html/; exits 1 on a broken link or a
+failed show_doc."""
 import argparse, ast, importlib, json, re, shutil, sys, time
 from pathlib import Path
 
@@ -50,27 +51,24 @@ def fix_link(url: str, base: Path) -> str:
     return repo_url(rel.as_posix() + (f'#{anchor}' if anchor else ''))
 
 
-def fix_links(md: str, base: Path) -> str:
-    "Every inline markdown link of `md` through `fix_link`, code spans and fences left alone"
+def outside_code(md: str, f) -> str:
+    "`md` with `f` applied to its text outside code fences and code spans"
     out, fenced = [], False
     for line in md.split('\n'):
         if FENCE.match(line.lstrip()): fenced = not fenced
-        if not fenced:
-            parts = re.split(r'(`[^`]*`)', line)
-            line = ''.join(p if p.startswith('`') else re.sub(r'\]\(([^)\s]+)\)', lambda m: f'](' + fix_link(m.group(1), base) + ')', p)
-                           for p in parts)
+        elif not fenced: line = ''.join(p if p.startswith('`') else f(p) for p in re.split(r'(`[^`]*`)', line))
         out.append(line)
     return '\n'.join(out)
+
+
+def fix_links(md: str, base: Path) -> str:
+    "Every inline markdown link of `md` through `fix_link`, code spans and fences left alone"
+    return outside_code(md, lambda t: re.sub(r'\]\(([^)\s]+)\)', lambda m: f'](' + fix_link(m.group(1), base) + ')', t))
 
 
 def escape_html(md: str) -> str:
     "`<` outside code written as `&lt;`, so a docstring's `<name>` shows instead of being read as HTML"
-    out, fenced = [], False
-    for line in md.split('\n'):
-        if FENCE.match(line.lstrip()): fenced = not fenced
-        elif not fenced: line = ''.join(p if p.startswith('`') else p.replace('<', '&lt;') for p in re.split(r'(`[^`]*`)', line))
-        out.append(line)
-    return '\n'.join(out)
+    return outside_code(md, lambda t: t.replace('<', '&lt;'))
 
 
 def clean_show_doc_md(md: str) -> str:
@@ -105,7 +103,7 @@ def render_show_doc(source: str, ns: dict) -> str:
 
 def public_methods(cls: ast.ClassDef) -> list:
     "The public methods defined in `cls`'s body (not properties): nbdev's show_doc shows the class alone"
-    def prop(f): return any('property' in ast.unparse(d) or ast.unparse(d).endswith('.setter') for d in f.decorator_list)
+    def prop(f): return any(re.search(r'property|\.setter$', ast.unparse(d)) for d in f.decorator_list)
     return [f.name for f in cls.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
             and not f.name.startswith('_') and not prop(f)]
 
@@ -121,7 +119,8 @@ def insert_method_docs(nb):
     "Insert the show_doc cells of `add_method_docs` into `nb`"
     from execnb.nbio import mk_cell
     from nbdev.processors import _want_doc
-    shown = {m.group(1) for c in nb.cells if c.cell_type == 'code' for m in re.finditer(r'^show_doc\(([\w.]+)', c.source, re.M)}
+    code = [c.source for c in nb.cells if c.cell_type == 'code']
+    shown = {m.group(1) for src in code for m in re.finditer(r'^show_doc\(([\w.]+)', src, re.M)}
     for cell in reversed([c for c in nb.cells if _want_doc(c)]):
         try: tree = ast.parse(cell.source)
         except SyntaxError: continue
@@ -135,8 +134,8 @@ def is_show_doc(cell) -> bool:
     if cell.cell_type != 'code' or not cell.source.strip(): return False
     try: body = ast.parse(cell.source).body
     except SyntaxError: return False
-    return all(isinstance(n, ast.Expr) and isinstance(n.value, ast.Call) and getattr(n.value.func, 'id', '') == 'show_doc'
-               for n in body)
+    def called(n): return isinstance(n, ast.Expr) and isinstance(n.value, ast.Call) and getattr(n.value.func, 'id', '')
+    return all(called(n) == 'show_doc' for n in body)
 
 
 class SiteCells:
@@ -163,7 +162,8 @@ class SiteCells:
     def show_doc(self, cell):
         "The show_doc cell as the markdown it renders; left as code, and the error kept, where it fails"
         try: md = render_show_doc(cell.source, self.ns)
-        except Exception as e: self.errors.append(f'{self.name}: {cell.source.strip()}: {type(e).__name__}: {e}'); return
+        except Exception as e:
+            self.errors.append(f'{self.name}: {cell.source.strip()}: {type(e).__name__}: {e}'); return
         cell.cell_type, cell.source = 'markdown', md
         for k in ('outputs', 'execution_count'): cell.pop(k, None)
 
@@ -205,7 +205,7 @@ def sphinx(work: Path) -> int:
     "Sphinx's HTML build of `work`/src into `work`/html with docs/conf.py, warnings as errors"
     from sphinx.cmd.build import build_main
     if (work/'html').exists(): shutil.rmtree(work/'html')
-    return build_main(['-b', 'html', '-q', '-W', '--keep-going', '-E', '-c', str(ROOT/'docs'),
+    return build_main(['-b', 'html', '-q', '-W', '--keep-going', '-E', '-j', 'auto', '-c', str(ROOT/'docs'),
                        '-d', str(work/'doctrees'), str(work/'src'), str(work/'html')])
 
 
