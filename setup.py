@@ -24,9 +24,9 @@ lic = licenses.get(cfg['license'].lower(), cfg['license'])
 demo_requirements = shlex.split(cfg.get('demo_requirements') or '')  # the digits demo's data ships inside scikit-learn
 tensorboard_requirements = shlex.split(cfg.get('tensorboard_requirements') or '')  # ddp_nb.export.to_tensorboard
 lightning_requirements = shlex.split(cfg.get('lightning_requirements') or '')  # ddp_nb.fabric, tutorial 25
+docs_requirements = shlex.split(cfg.get('docs_requirements') or '')  # `make docs`: the site from nbs/ (Sphinx + myst-nb)
 dev_requirements = shlex.split(cfg.get('dev_requirements') or '') + demo_requirements + tensorboard_requirements + lightning_requirements + docs_requirements
 bench_requirements = shlex.split(cfg.get('bench_requirements') or '')  # peers the benchmarks compare with, never the package's
-docs_requirements = shlex.split(cfg.get('docs_requirements') or '')  # `make docs`: the site from nbs/ (Sphinx + myst-nb)
 
 setuptools.setup(
     name = cfg['lib_name'],
