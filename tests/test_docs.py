@@ -109,3 +109,12 @@ def test_the_link_checker_names_what_is_broken(tmp_path):
     (tmp_path / 'b.html').write_text('<h1 id="here">B</h1><a href="a.html#top">back</a>')
     broken = ['a.html: b.html#nope (no anchor #nope)', 'a.html: c.html (no such file)']
     assert check_links.check_site(tmp_path) == broken
+
+
+def test_show_doc_markdown_is_cleaned_for_the_site():
+    from nbdev.showdoc import show_doc
+    import ddp_nb.core as core
+    md = make_docs.render_show_doc('show_doc(pick_backend)', {**vars(core), 'show_doc': show_doc})
+    assert md.startswith('### pick_backend\n\n[source](') and 'def pick_backend(' in md
+    assert '{target=' not in md and '#LNone' not in md and not md.startswith('---')
+    assert make_docs.escape_html('a <b> `<c>`\n```\n<d>\n```') == 'a &lt;b> `<c>`\n```\n<d>\n```'

@@ -223,7 +223,10 @@ def main(argv=None) -> int:
     t0, work = time.time(), Path(a.dir).resolve()
     errors, rc = build(work)
     for e in errors: print(f'show_doc failed: {e}', file=sys.stderr)
-    if rc: print(f'sphinx-build failed (exit {rc})', file=sys.stderr); return 1
+    if rc:
+        print(f'sphinx-build failed (exit {rc}): its warnings above name the page ({work/"src"}/X.ipynb is '
+              'nbs/X.ipynb as the site shows it)', file=sys.stderr)
+        return 1
     from check_links import check_site
     broken = check_site(work/'html')
     for b in broken: print(f'broken link: {b}', file=sys.stderr)
