@@ -15,7 +15,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT/'tools')]
 
-GROUPS = [('Library reference', r'0\d'), ('Guide', r'09'), ('Tutorials', r'[12]\d')]
+GROUPS = [('Library reference', r'0[0-8]'), ('Guide', r'09'), ('Tutorials', r'[1-9]\d')]  # by file name
 HIDE = {'hide', 'hide_input'}
 FENCE = re.compile(r'^(```|~~~)')
 
@@ -23,8 +23,7 @@ FENCE = re.compile(r'^(```|~~~)')
 def groups(nbs=ROOT/'nbs') -> list:
     "The site's sections: (caption, [notebook paths in order]), index.ipynb apart"
     names = sorted(p for p in nbs.glob('*.ipynb') if p.name != 'index.ipynb')
-    return [(cap, [p for p in names if re.match(pat + r'[a-z]?_', p.name) and (pat != r'0\d' or p.name[:2] != '09')])
-            for cap, pat in GROUPS]
+    return [(cap, [p for p in names if re.match(pat + r'[a-z]?_', p.name)]) for cap, pat in GROUPS]
 
 
 def settings() -> dict:
