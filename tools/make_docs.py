@@ -9,7 +9,7 @@ HTML with warnings as errors, and tools/check_links.py checks every internal lin
 
 `python tools/make_docs.py [--dir build/docs]` writes the site into build/docs/html/; exits 1 on a broken link or a
 failed show_doc."""
-import argparse, ast, importlib, json, re, shutil, sys, time
+import argparse, ast, importlib, re, shutil, sys, time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -114,13 +114,18 @@ class add_method_docs:
     def begin(self): insert_method_docs(self.nb)
 
 
+def documented(cell) -> bool:
+    "An exported code cell whose definitions nbdev documents (as nbdev's `add_show_docs` picks them)"
+    d = cell.directives_
+    return cell.cell_type == 'code' and bool({'export', 'exports', 'exec_doc'} & d.keys()) and 'hide' not in d
+
+
 def insert_method_docs(nb):
     "Insert the show_doc cells of `add_method_docs` into `nb`"
     from execnb.nbio import mk_cell
-    from nbdev.processors import _want_doc
     code = [c.source for c in nb.cells if c.cell_type == 'code']
     shown = {m.group(1) for src in code for m in re.finditer(r'^show_doc\(([\w.]+)', src, re.M)}
-    for cell in reversed([c for c in nb.cells if _want_doc(c)]):
+    for cell in reversed([c for c in nb.cells if documented(c)]):
         try: tree = ast.parse(cell.source)
         except SyntaxError: continue
         names = [f'{c.name}.{m}' for c in tree.body if isinstance(c, ast.ClassDef) and not c.name.startswith('_')
