@@ -1,6 +1,6 @@
 """The documentation site (`make docs`, tools/make_docs.py): every notebook a page, show_doc's signatures and docments
 rendered, hidden cells and `#|` lines gone, no broken internal link or anchor, no script but the theme's, the tree
-left as it was. One build (about 45 s on 2 cores) into a temporary folder, shared by the tests here."""
+left as it was. One build (45-65 s on 2 shared cores) into a temporary folder, shared by the tests here."""
 import json, re, subprocess, sys
 from html import unescape
 from pathlib import Path
