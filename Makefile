@@ -7,7 +7,7 @@ TORCH_INDEX ?=
 BIN := $(VENV)/bin
 TORCH_ARGS := $(TORCH) $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 
-.PHONY: demo test test-slow install install-dev clean-venv test-gpu gpu-wheels
+.PHONY: demo test test-slow install install-dev install-docs docs clean-venv test-gpu gpu-wheels
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +21,10 @@ install-dev: $(BIN)/python
 	$(BIN)/pip install -q $(TORCH_ARGS)
 	$(BIN)/pip install -q -e '.[dev]'
 
+install-docs: $(BIN)/python
+	$(BIN)/pip install -q $(TORCH_ARGS)
+	$(BIN)/pip install -q -e '.[docs]'
+
 demo: install
 	$(BIN)/ddp_nb demo
 
@@ -29,6 +33,9 @@ test: install-dev
 
 test-slow: install-dev  # the tests marked slow: the benchmarks end to end, long soaks (not in CI: `make test` leaves them out)
 	PATH="$(CURDIR)/$(BIN):$$PATH" bash tools/test.sh --slow
+
+docs: install-docs  # the site from nbs/ into build/docs/html (Sphinx + myst-nb; fails on a broken internal link)
+	$(BIN)/python tools/make_docs.py
 
 test-gpu:   # on a GPU machine, with its own python3 (a CUDA build of torch); no venv, no registry needed
 	bash tools/test_gpu.sh

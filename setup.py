@@ -24,7 +24,8 @@ lic = licenses.get(cfg['license'].lower(), cfg['license'])
 demo_requirements = shlex.split(cfg.get('demo_requirements') or '')  # the digits demo's data ships inside scikit-learn
 tensorboard_requirements = shlex.split(cfg.get('tensorboard_requirements') or '')  # ddp_nb.export.to_tensorboard
 lightning_requirements = shlex.split(cfg.get('lightning_requirements') or '')  # ddp_nb.fabric, tutorial 25
-dev_requirements = shlex.split(cfg.get('dev_requirements') or '') + demo_requirements + tensorboard_requirements + lightning_requirements
+docs_requirements = shlex.split(cfg.get('docs_requirements') or '')  # `make docs`: the site from nbs/ (Sphinx + myst-nb)
+dev_requirements = shlex.split(cfg.get('dev_requirements') or '') + demo_requirements + tensorboard_requirements + lightning_requirements + docs_requirements
 bench_requirements = shlex.split(cfg.get('bench_requirements') or '')  # peers the benchmarks compare with, never the package's
 
 setuptools.setup(
@@ -40,7 +41,7 @@ setuptools.setup(
     packages = setuptools.find_packages(include=['ddp_nb', 'ddp_nb.*']),
     include_package_data = True,
     install_requires = requirements,
-    extras_require={ 'demo': demo_requirements, 'dev': dev_requirements, 'bench': bench_requirements, 'tensorboard': tensorboard_requirements, 'lightning': lightning_requirements },
+    extras_require={ 'demo': demo_requirements, 'dev': dev_requirements, 'bench': bench_requirements, 'tensorboard': tensorboard_requirements, 'lightning': lightning_requirements, 'docs': docs_requirements },
     python_requires  = '>=' + cfg['min_python'],
     long_description = open('README.md', encoding="utf8").read(),
     long_description_content_type = 'text/markdown',
