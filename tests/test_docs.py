@@ -44,6 +44,7 @@ def test_every_notebook_has_a_page_in_notebook_order(site):
     assert captions == ['Library reference', 'Guide', 'Tutorials']
     nav = re.findall(r'<a class="reference internal" href="(\w+)\.html">', (html / 'index.html').read_text())
     order = [p.stem for _, nbs in make_docs.groups() for p in nbs]
+    assert sorted(order) == sorted(p.stem for p in NBS if p.name != 'index.ipynb'), 'a notebook is in no section of the site'
     assert [n for n in dict.fromkeys(nav) if n in order] == order, 'the navigation is not in notebook order'
 
 

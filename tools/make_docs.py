@@ -23,7 +23,7 @@ FENCE = re.compile(r'^(```|~~~)')
 def groups(nbs=ROOT/'nbs') -> list:
     "The site's sections: (caption, [notebook paths in order]), index.ipynb apart"
     names = sorted(p for p in nbs.glob('*.ipynb') if p.name != 'index.ipynb')
-    return [(cap, [p for p in names if re.match(pat + r'[a-z]?_', p.name)]) for cap, pat in GROUPS]
+    return [(cap, [p for p in names if re.match(pat + r'[a-z]?\d?_', p.name)]) for cap, pat in GROUPS]
 
 
 def settings() -> dict:
