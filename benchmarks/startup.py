@@ -43,10 +43,19 @@ def bare_px(rc):
 
 
 def ddp_start(n):
-    "DDPCluster(n).start(); returns (seconds, cluster)"
+    "DDPCluster(n).start(); returns (seconds, cluster); the cluster's `start_phases` say where the time went"
     t0 = time.perf_counter()
     cl = DDPCluster(n=n).start()
     return time.perf_counter() - t0, cl
+
+
+def phase_table(traces: list) -> str:
+    "Median seconds of each start phase over `traces` (a start's `cl.start_phases.items` each), as markdown"
+    names = list(dict.fromkeys(n for t in traces for n, _ in t))
+    per = {n: [dict(t).get(n, 0.) for t in traces] for n in names}
+    total = med([sum(s for _, s in t) for t in traces])
+    return table(['phase', 'median', 'share'], [[n, f"{med(v):.2f} s", f"{med(v) / total:.0%}"] for n, v in per.items()]
+                 + [['**total**', f"**{total:.2f} s**", '']])
 
 
 def cell_times(run, k):
@@ -68,12 +77,13 @@ def torchrun_trivial(n):
 def run(rounds=5, n=2, cells=30):
     "The start-up section (and the in-process warm cell), as markdown"
     ip = InteractiveShell.instance()
-    S = {k: [] for k in ('ddp', 'bare', 'torchrun', 'ddp_cell', 'bare_cell')}
+    S = {k: [] for k in ('ddp', 'bare', 'torchrun', 'ddp_cell', 'bare_cell', 'phases')}
     sides = ['ddp', 'bare', 'torchrun']
     for r in range(rounds):
         for side in sides[r % 3:] + sides[:r % 3]:
             if side == 'ddp':
                 t, cl = ddp_start(n)
+                S['phases'].append(cl.start_phases.items)
                 S['ddp_cell'] += cell_times(lambda: ip.run_cell_magic('px', '', 't = torch.ones(1); dist.all_reduce(t)'), cells)
                 cl.stop()
             elif side == 'bare':
@@ -84,7 +94,7 @@ def run(rounds=5, n=2, cells=30):
             else: t = torchrun_trivial(n)
             S[side].append(t)
             print(f"round {r+1}/{rounds} {side}: ready in {t:.2f}s", flush=True)
-    m = {k: med(v) for k, v in S.items()}
+    m = {k: med(v) for k, v in S.items() if k != 'phases'}
     rows = [['`DDPCluster(n=2).start()`', f"{m['ddp']:.2f} s", '1.00', ''],
             ['bare `ipp.Cluster(n=2)` (same controller settings) + hand-written `init_process_group`', f"{m['bare']:.2f} s",
              f"{m['ddp'] / m['bare']:.2f}", 'ddp_nb ≤ 1.0' + (' ✓' if m['ddp'] <= m['bare'] else ' (missed)')],
@@ -95,6 +105,9 @@ def run(rounds=5, n=2, cells=30):
     return (f"### 4. Start-up: until the process group is formed and checked ({n} ranks)\n\n"
             f"{rounds} rotating rounds, medians.\n\n"
             + table(['side', 'median', 'ddp_nb / side', 'goal'], rows)
+            + "\n\nWhere `DDPCluster(n=2).start()` spends its time (`cl.start_phases`, medians): the engines' own start (Python, "
+              "ipyparallel: *registration*) and their torch import (*engine facts* waits for it) are most of it.\n\n"
+            + phase_table(S['phases'])
             + f"\n\nThe same clusters' warm all-reduce `%%px` cell, run in-process by IPython ({cells} cells a round):\n\n"
             + table(['side', 'median', 'ratio', 'goal'], cell))
 
