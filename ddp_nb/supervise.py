@@ -784,7 +784,8 @@ def stop_line(states:dict, # rank -> (state, error) of the interrupted task (`Ra
     if not states or any(s != 'stopped' for s, _ in states.values()): return None
     where = {r: (str(getattr(e, 'evalue', '') or '').strip().splitlines() or ['stopped'])[0]
              for r, (_, e) in states.items()}
-    if len(set(where.values())) == 1: return f"{next(iter(where.values()))} on every rank — re-run the cell to continue"
+    if len(set(where.values())) == 1:
+        return f"{next(iter(where.values()))} on every rank — re-run the cell to continue"
     return f"every rank stopped, at different places: {_by_rank(where)} — re-run the cell to continue"
 
 def interrupted_line(states:dict, # rank -> (state, error) of the interrupted task; {}: unknown
