@@ -23,10 +23,12 @@ def script_place(environ:dict, # the process's environment (os.environ)
     missing = [k for k in ('RANK', 'WORLD_SIZE', 'MASTER_ADDR', 'MASTER_PORT') if not environ.get(k)]
     if missing:
         raise RuntimeError(f"Half a torchrun environment: {', '.join(missing)} not set. Start the script with "
-                           "`torchrun --nproc_per_node=N script.py`, or with plain `python script.py` (a world of one).")
+                           "`torchrun --nproc_per_node=N script.py`, or with plain "
+                           "`python script.py` (a world of one).")
     ws = int(environ['WORLD_SIZE'])
     return dict(rank=int(environ['RANK']), local_rank=int(environ.get('LOCAL_RANK', 0)), world_size=ws,
-                local_world_size=int(environ.get('LOCAL_WORLD_SIZE', ws)), group_rank=int(environ.get('GROUP_RANK', 0)), n_gpus=n_gpus)
+                local_world_size=int(environ.get('LOCAL_WORLD_SIZE', ws)), group_rank=int(environ.get('GROUP_RANK', 0)),
+                n_gpus=n_gpus)
 
 ALONE = dict(rank=0, local_rank=0, world_size=1, local_world_size=1, group_rank=0)  # `python script.py`
 
@@ -41,18 +43,21 @@ def parse_sinks(spec:str|None, # e.g. 'stdout', 'stdout=30,jsonl=logs', 'tensorb
         if name == 'none': continue
         if name == 'stdout':
             try: out['stdout'] = float(arg) if arg else 10.
-            except ValueError: raise ValueError(f"stdout={arg!r}: give the seconds between lines, e.g. stdout=30.") from None
+            except ValueError:
+                raise ValueError(f"stdout={arg!r}: give the seconds between lines, e.g. stdout=30.") from None
         elif name in ('jsonl', 'tensorboard'):
             if not arg: raise ValueError(f"{name} needs a folder: {name}=PATH.")
             out[name] = arg
-        else: raise ValueError(f"Unknown report sink {name!r} in {spec!r}: use stdout[=SECONDS], jsonl=FOLDER, tensorboard=FOLDER or none, comma-separated.")
+        else: raise ValueError(f"Unknown report sink {name!r} in {spec!r}: use stdout[=SECONDS], jsonl=FOLDER, "
+                               f"tensorboard=FOLDER or none, comma-separated.")
     return out
 
 # %% ../nbs/01j_batch.ipynb #9a980e8b
 def report_line(rank:int, step:int, vals:dict) -> str:
     "A report as one line for a log: '[rank 0] epoch 3 step 120/400 loss 0.3121 acc 0.91'"
     total = vals.get('total')
-    s = f"[rank {rank}]" + (f" epoch {vals['epoch']:g}" if 'epoch' in vals else '') + f" step {step}" + (f"/{total:g}" if total else '')
+    s = (f"[rank {rank}]" + (f" epoch {vals['epoch']:g}" if 'epoch' in vals else '') + f" step {step}"
+         + (f"/{total:g}" if total else ''))
     return s + ''.join(f" {k} {v:.4g}" for k, v in vals.items() if k not in PROGRESS_KEYS)
 
 # %% ../nbs/01j_batch.ipynb #db5252e6
@@ -66,7 +71,8 @@ class Sink:
                  out=None, # where lines go (default sys.stdout)
                 ):
         self.rank, self.every, self.read_every, self.out = rank, (stdout if rank == 0 else None), read_every, out
-        self.buf, self.steps, self.last_read, self.last_line, self.last, self.run, self.step = [], StepCounter(), 0., None, None, 0, None
+        (self.buf, self.steps, self.last_read, self.last_line, self.last, self.run,
+         self.step) = [], StepCounter(), 0., None, None, 0, None
         self.error, self.in_cell = None, False  # what IPython's hooks in `ddp_nb.report` set on a reporter
         self.warned = set()
         self.jsonl = self.tb = None
@@ -94,7 +100,9 @@ def _values(self:Sink, step, metrics:dict) -> dict:
     for k, v in metrics.items():
         f, bad = to_number(v)
         if bad and math.isnan(f) and 'not finite' not in bad:
-            if k not in self.warned: print(f"ddp_nb report: rank {self.rank}: {clean_text(k, 60)} at step {step}: {bad}: left out", file=sys.stderr)
+            if k not in self.warned:
+                print(f"ddp_nb report: rank {self.rank}: {clean_text(k, 60)} at step {step}: {bad}: left out",
+                      file=sys.stderr)
             self.warned.add(k); continue
         vals[k] = f
     return vals
@@ -106,12 +114,16 @@ def flush(self:Sink, final:bool=False):
     for t, step, metrics, late in buf:
         step, bad = _step(step)  # an int, as the dashboard gets it (a tensor or numpy step is no JSON)
         if bad and 'step' not in self.warned:
-            print(f"ddp_nb report: rank {self.rank}: step {bad}: shown as step -1", file=sys.stderr); self.warned.add('step')
+            print(f"ddp_nb report: rank {self.rank}: step {bad}: shown as step -1", file=sys.stderr)
+            self.warned.add('step')
         vals = self._values(step, metrics)
         if not late:  # (a late point is of an earlier step: the run goes on)
-            if self.step is not None and step < self.step: self.run += 1  # the step went back: a new run, as on the dashboard
+            # the step went back: a new run, as on the dashboard
+            if self.step is not None and step < self.step: self.run += 1
             self.step = step
-        if self.jsonl: self.jsonl.write(json.dumps(dict(run=self.run, rank=self.rank, step=step, time=t, **{k: v if math.isfinite(v) else None for k, v in vals.items()})) + '\n')
+        if self.jsonl:
+            self.jsonl.write(json.dumps(dict(run=self.run, rank=self.rank, step=step, time=t,
+                                             **{k: v if math.isfinite(v) else None for k, v in vals.items()})) + '\n')
         if self.tb: self._tb(t, step, vals)
         if late: continue  # (stdout shows the newest step)
         self.last = (step, vals)
@@ -151,7 +163,8 @@ def join_group(threads:int|None=None, # intra-op threads; None: DDP_NB_THREADS, 
               ): # RankInfo
     "Give this process its rank as a cluster gives an engine one, and form the default process group (unless one exists)"
     import torch, torch.distributed as dist
-    from torch.distributed import nn as _  # before the group: imported later (DDP does) it pins the group (see `digits.torchrun_worker`)
+    # before the group: imported later (DDP does) it pins the group (see `digits.torchrun_worker`)
+    from torch.distributed import nn as _
     timeout = _setting('TIMEOUT', timeout, float)
     if dist.is_initialized(): return rank_info()
     if ctx.record is None:  # a process of its own: torchrun's worker, or python script.py
@@ -162,11 +175,13 @@ def join_group(threads:int|None=None, # intra-op threads; None: DDP_NB_THREADS, 
             env = torchrun_env(p, '127.0.0.1', rank_side.open_store('127.0.0.1', 1, timeout))
             _opened['store'] = True
         backend = backend or pick_backend(p['n_gpus'])
-        threads = _setting('THREADS', threads, int) or threads_per_rank(len(os.sched_getaffinity(0)), p['local_world_size'])
+        threads = (_setting('THREADS', threads, int)
+                   or threads_per_rank(len(os.sched_getaffinity(0)), p['local_world_size']))
         rank_side.setup_rank(p, env, threads, backend, loopback=p['local_world_size'] == p['world_size'])
     addr, port = os.environ['MASTER_ADDR'], int(os.environ['MASTER_PORT'])
     if rank_info().rank == 0 and ctx.store is None and os.environ.get('TORCHELASTIC_USE_AGENT_STORE') != 'True':
-        rank_side.open_store(addr, rank_info().world_size, timeout, port)  # env:// without torchrun's agent: rank 0 hosts the store
+        # env:// without torchrun's agent: rank 0 hosts the store
+        rank_side.open_store(addr, rank_info().world_size, timeout, port)
         _opened['store'] = True
     rank_side.init_group(addr, port, timeout)
     _opened['group'] = True
@@ -181,7 +196,8 @@ def begin(report:str|None='stdout', # where `report()` goes outside a cluster (`
     sinks = parse_sinks(_setting('REPORT', report, str))
     ri = join_group(threads, timeout)
     if not inside and ctx.reporter is None and sinks:
-        ctx.reporter = _opened['sink'] = Sink(ri.rank, sinks.get('stdout'), sinks.get('jsonl'), sinks.get('tensorboard'))
+        ctx.reporter = _opened['sink'] = Sink(ri.rank, sinks.get('stdout'), sinks.get('jsonl'),
+                                              sinks.get('tensorboard'))
     return rank_side.namespace()
 
 def end():
@@ -206,12 +222,14 @@ def gpu_cell(flag:str, # 'cuda': the ranks are on GPUs; 'multigpu': two or more 
     ri = rank_info()
     on_gpu, world = ri.device.type == 'cuda', dist.get_world_size() if dist.is_initialized() else ri.world_size
     every = on_gpu
-    if world > 1 and dist.is_initialized() and dist.get_backend() != 'nccl':  # nccl ranks are all on GPUs; gloo ranks may not be
+    # nccl ranks are all on GPUs; gloo ranks may not be
+    if world > 1 and dist.is_initialized() and dist.get_backend() != 'nccl':
         t = torch.tensor([int(on_gpu)])
         dist.all_reduce(t, op=dist.ReduceOp.MIN)
         every = bool(t.item())
     ok = every and (flag == 'cuda' or world >= 2)
     if not ok and ri.rank == 0:
-        why = ("the ranks have no GPU" if not on_gpu else "not every rank has a GPU") if not every else f"it needs two or more GPU ranks, this world has {world}"
+        why = (("the ranks have no GPU" if not on_gpu else "not every rank has a GPU") if not every
+               else f"it needs two or more GPU ranks, this world has {world}")
         print(f"{f'cell {cell}' if cell else 'a cell'} (#| {flag}) skipped: {why} (device {ri.device})", flush=True)
     return ok

@@ -18,9 +18,11 @@ def machine_info(plan:list[dict], # the cluster's rank plan (`engine.engine_info
     "What a run really ran on, so a user sees at once whether the GPU build of torch was installed"
     from ddp_nb.core import rank_device
     devs = [rank_device(backend, p['n_gpus'], p['local_rank']) for p in plan]
-    names = [p['gpu_names'][p['local_rank']] if d.startswith('cuda') and p.get('gpu_names') else 'CPU' for p, d in zip(plan, devs)]
+    names = [p['gpu_names'][p['local_rank']] if d.startswith('cuda') and p.get('gpu_names') else 'CPU'
+             for p, d in zip(plan, devs)]
     return dict(torch=plan[0]['torch'], torch_cuda=plan[0].get('torch_cuda'), backend=backend, world_size=len(plan),
-                hosts=len({p['host'] for p in plan}), devices=[f"{d} ({n})" if d != 'cpu' else d for d, n in zip(devs, names)],
+                hosts=len({p['host'] for p in plan}),
+                devices=[f"{d} ({n})" if d != 'cpu' else d for d, n in zip(devs, names)],
                 nvidia_driver_without_cuda_torch=any(p.get('nvidia_driver') and not p.get('torch_cuda') for p in plan))
 
 def describe_machine(m:dict, # from `machine_info`
@@ -30,13 +32,15 @@ def describe_machine(m:dict, # from `machine_info`
     build = f"CUDA {m['torch_cuda']} build" if m['torch_cuda'] else "CPU-only build"
     devs = ', '.join(f"{d} ×{k}" if k > 1 else d for d, k in Counter(m['devices']).items())
     def n(k, what): return f"{k} {what}{'s' * (k != 1)}"
-    s = (f"torch {m['torch']} ({build}), backend {m['backend']}, {n(m['world_size'], 'rank')} on {n(m['hosts'], 'host')}; "
-         f"devices: {devs}")
+    s = (f"torch {m['torch']} ({build}), backend {m['backend']}, {n(m['world_size'], 'rank')} on "
+         f"{n(m['hosts'], 'host')}; devices: {devs}")
     if m['nvidia_driver_without_cuda_torch']:
-        s += ("\nNote: this host has an NVIDIA driver but torch is a CPU-only build, so the GPUs are not used: install a CUDA "
-              "build (make demo TORCH_INDEX=https://download.pytorch.org/whl/cu128, or pip install torch from PyPI on Linux x86-64).")
+        s += ("\nNote: this host has an NVIDIA driver but torch is a CPU-only build, so the GPUs are not used: install "
+              "a CUDA build (make demo TORCH_INDEX=https://download.pytorch.org/whl/cu128, or pip install "
+              "torch from PyPI on Linux x86-64).")
     elif m['torch_cuda'] and all(d == 'cpu' for d in m['devices']):
-        s += "\nNote: a CUDA build of torch, but no GPU is visible (CUDA_VISIBLE_DEVICES? the driver?): training on CPU with gloo."
+        s += ("\nNote: a CUDA build of torch, but no GPU is visible (CUDA_VISIBLE_DEVICES? the driver?): training on "
+              "CPU with gloo.")
     return s
 
 # %% ../nbs/02h_cli.ipynb #d66201d6
@@ -53,7 +57,8 @@ def write_results(out:Path, # folder to write into
         w = csv.writer(f); w.writerow(['epoch', 'loss']); w.writerows(enumerate(res['losses'], 1))
     fig, ax = plt.subplots(figsize=(5, 3.2))
     ax.plot(range(1, len(res['losses'])+1), res['losses'], marker='o')
-    ax.set(xlabel='epoch', ylabel='training loss (mean over ranks)', title=f"digits, DDP on {res['world_size']} {res['backend']} ranks")
+    ax.set(xlabel='epoch', ylabel='training loss (mean over ranks)',
+           title=f"digits, DDP on {res['world_size']} {res['backend']} ranks")
     fig.tight_layout(); fig.savefig(out/'loss.png', dpi=100); plt.close(fig)
     return [out/'results.json', out/'losses.csv', out/'loss.png']
 
@@ -144,9 +149,11 @@ def stop_cluster(cluster_id:str, # id as `ddp_nb list` shows it
     from ddp_nb.core import cluster_owner
     from ddp_nb.processes import cluster_files, cluster_procs, kill_procs, rank_files
     if cluster_owner(cluster_id) is None:
-        raise ValueError(f"{cluster_id!r} is not a ddp_nb cluster id (they look like ddp_nb-<pid>-<hex>): `ddp_nb list` shows them.")
+        raise ValueError(f"{cluster_id!r} is not a ddp_nb cluster id (they look like "
+                         f"ddp_nb-<pid>-<hex>): `ddp_nb list` shows them.")
     procs = cluster_procs(cluster_id)
-    if not procs: raise ValueError(f"No running ddp_nb cluster has the id {cluster_id!r}: `ddp_nb list` shows the running ones.")
+    if not procs:
+        raise ValueError(f"No running ddp_nb cluster has the id {cluster_id!r}: `ddp_nb list` shows the running ones.")
     profile = None
     for p in procs:
         try: profile = profile or p.environ().get('IPP_PROFILE_DIR')
@@ -164,47 +171,65 @@ def cleanup(everything:bool=False, # stop every cluster, owners alive or not, pe
         try: stop_cluster(cid)
         except ValueError: pass  # it ended meanwhile
     from ddp_nb.processes import sweep_stale_files
-    sweep_stale_files()  # and the rank files of clusters that ended without stop() (this user's folder, and old ones in the temporary folder)
+    # and the rank files of clusters that ended without stop() (this user's folder, and old ones in the temporary
+    # folder)
+    sweep_stale_files()
     return ids
 
 # %% ../nbs/02h_cli.ipynb #a1c0de02
 def _add_to_script(sub):
     "The `to-script` subcommand and its arguments"
-    t = sub.add_parser('to-script', help="write a notebook's %%px and %%rank cells as a torchrun script (--slurm: and an sbatch file)")
+    t = sub.add_parser('to-script',
+                       help="write a notebook's %%px and %%rank cells as a torchrun "
+                            "script (--slurm: and an sbatch file)")
     t.add_argument('notebook', help='the .ipynb')
     t.add_argument('-o', '--out', default=None, help='the script (default: the notebook with .py)')
-    t.add_argument('--report', default='stdout', help="where report() goes: stdout[=SECONDS], jsonl=FOLDER, tensorboard=FOLDER or none, comma-separated")
-    t.add_argument('--threads', type=int, default=None, help="intra-op threads per rank (default: the host's cores split between its ranks)")
-    t.add_argument('--timeout', type=float, default=600, help='seconds for the process group to form and for each collective')
+    t.add_argument('--report', default='stdout',
+                   help="where report() goes: stdout[=SECONDS], jsonl=FOLDER, "
+                        "tensorboard=FOLDER or none, comma-separated")
+    t.add_argument('--threads', type=int, default=None,
+                   help="intra-op threads per rank (default: the host's cores split between its ranks)")
+    t.add_argument('--timeout', type=float, default=600,
+                   help='seconds for the process group to form and for each collective')
     t.add_argument('--set', dest='values', action='append', default=[], metavar='NAME=VALUE',
-                   help="a value the notebook's kernel pushed to the ranks (cl.push(work=...)), written into the script: "
-                        "a Python literal (3, 0.1, True, None, 'text'), else the string as written; repeat for more names")
-    t.add_argument('--force', action='store_true', help='write it even where it would run differently, with a warning at each such cell')
+                   help="a value the notebook's kernel pushed to the ranks (cl.push(work=...)), written into the "
+                        "script: a Python literal (3, 0.1, True, None, 'text'), else the string as "
+                        "written; repeat for more names")
+    t.add_argument('--force', action='store_true',
+                   help='write it even where it would run differently, with a warning at each such cell')
     t.add_argument('--slurm', action='store_true', help='also write an sbatch file (the script with .sbatch)')
     for a, ty, dv, h in (('--nodes', int, 1, 'nodes'), ('--gpus-per-node', int, 1, 'GPUs per node (0: CPU nodes)'),
-                         ('--procs-per-node', int, None, 'ranks per node (default: one per GPU)'), ('--cpus-per-node', int, None, 'cores per node'),
-                         ('--job-name', str, None, 'default: the script name'), ('--sbatch-options', str, '', "more sbatch options, e.g. '--partition=gpu --time=24:00:00'")):
+                         ('--procs-per-node', int, None, 'ranks per node (default: one per GPU)'),
+                         ('--cpus-per-node', int, None, 'cores per node'),
+                         ('--job-name', str, None, 'default: the script name'),
+                         ('--sbatch-options', str, '', "more sbatch options, e.g. '--partition=gpu --time=24:00:00'")):
         t.add_argument(a, type=ty, default=dv, help=f"with --slurm: {h}")
 
 def _run_to_script(a) -> int:
     "`ddp_nb to-script`: write the files, say what went where"
     from ddp_nb.to_script import to_script, parse_set
-    kw = dict(nodes=a.nodes, gpus_per_node=a.gpus_per_node, procs_per_node=a.procs_per_node, cpus_per_node=a.cpus_per_node,
+    kw = dict(nodes=a.nodes, gpus_per_node=a.gpus_per_node, procs_per_node=a.procs_per_node,
+              cpus_per_node=a.cpus_per_node,
               job_name=a.job_name, options=a.sbatch_options) if a.slurm else {}
     try:
         values = {}
         for n, v in map(parse_set, a.values):
             if n in values: raise ValueError(f"--set {n}: given twice")
             values[n] = v
-        r = to_script(a.notebook, a.out, a.report, a.threads, a.timeout, values=values, strict=not a.force, slurm=a.slurm, **kw)
+        r = to_script(a.notebook, a.out, a.report, a.threads, a.timeout, values=values, strict=not a.force,
+                      slurm=a.slurm, **kw)
     except (ValueError, OSError, ImportError) as e: print(f"ddp_nb to-script: {e}", file=sys.stderr); return 1
     n = {k: len(v) for k, v in r['cells'].items()}
-    print(f"Wrote {r['script']}: {n['px']} cell(s) for every rank, {n['rank']} for some ranks; left out: {n['kernel']} kernel cell(s)"
+    print(f"Wrote {r['script']}: {n['px']} cell(s) for every rank, {n['rank']} for some ranks; left "
+          f"out: {n['kernel']} kernel cell(s)"
           + (f", {n['skip']} tagged skip-script" if n['skip'] else ''))
-    if r['gpu']: print(f"{len(r['gpu'])} cell(s) flagged for GPUs ({', '.join(f'{k}: {f}' for k, f in r['gpu'].items())}): they run where the ranks have GPUs, else are skipped")
+    if r['gpu']:
+        print(f"{len(r['gpu'])} cell(s) flagged for GPUs ({', '.join(f'{k}: {f}' for k, f in r['gpu'].items())}): they "
+              f"run where the ranks have GPUs, else are skipped")
     for num, ps in sorted(r['problems'].items()):
         for p in ps: print(f"warning: cell {num}: {p}", file=sys.stderr)
-    print(f"Wrote {r['sbatch']}: submit it with sbatch {r['sbatch']}" if r['sbatch'] else f"Run it: torchrun --nproc_per_node=N {r['script']}")
+    print(f"Wrote {r['sbatch']}: submit it with sbatch {r['sbatch']}" if r['sbatch']
+          else f"Run it: torchrun --nproc_per_node=N {r['script']}")
     return 0
 
 # %% ../nbs/02h_cli.ipynb #4d7647e8
@@ -216,15 +241,20 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument('--n', type=int, default=None, help='engines (default: one per GPU, else 2 CPU engines)')
     d.add_argument('--epochs', type=int, default=8)
     d.add_argument('--out', default='ddp_nb_demo', help='results folder (default: ./ddp_nb_demo)')
-    ls = sub.add_parser('list', help='show running ddp_nb clusters: id, owner (alive?), persistent, processes, age, profile')
+    ls = sub.add_parser('list',
+                        help='show running ddp_nb clusters: id, owner (alive?), persistent, processes, age, profile')
     ls.add_argument('--json', action='store_true', help='print JSON instead of a table')
     s = sub.add_parser('stop', help='stop ddp_nb clusters by id (as `ddp_nb list` shows them)')
     s.add_argument('ids', nargs='+', metavar='ID')
     c = sub.add_parser('cleanup', help='stop ddp_nb clusters left behind: owner gone, not persistent')
-    c.add_argument('--all', action='store_true', help='stop every ddp_nb cluster of this user, owners alive or not, persistent or not')
-    for q in (ls, c): q.add_argument('--ipython-dir', default=None, help='only clusters started with this IPYTHONDIR (what CI uses)')
-    t = sub.add_parser('train-digits', help='torchrun worker: torchrun --nproc_per_node=N --no-python ddp_nb train-digits')
-    for a, ty, dv in (('--epochs', int, 5), ('--lr', float, 0.1), ('--batch-size', int, 32), ('--seed', int, 0), ('--timeout', float, 120)):
+    c.add_argument('--all', action='store_true',
+                   help='stop every ddp_nb cluster of this user, owners alive or not, persistent or not')
+    for q in (ls, c):
+        q.add_argument('--ipython-dir', default=None, help='only clusters started with this IPYTHONDIR (what CI uses)')
+    t = sub.add_parser('train-digits',
+                       help='torchrun worker: torchrun --nproc_per_node=N --no-python ddp_nb train-digits')
+    for a, ty, dv in (('--epochs', int, 5), ('--lr', float, 0.1), ('--batch-size', int, 32), ('--seed', int, 0),
+                      ('--timeout', float, 120)):
         t.add_argument(a, type=ty, default=dv)
     t.add_argument('--out', default=None, help="JSON file for rank 0's result")
     _add_to_script(sub)
@@ -235,7 +265,8 @@ def main(argv:list[str]|None=None) -> int:
     a = _parser().parse_args(argv)
     if a.cmd == 'demo':
         try: demo(n=a.n, epochs=a.epochs, out=a.out)
-        except (ImportError, ValueError, RuntimeError) as e: print(f"ddp_nb demo: {e}", file=sys.stderr); return 1  # says what to do
+        # says what to do
+        except (ImportError, ValueError, RuntimeError) as e: print(f"ddp_nb demo: {e}", file=sys.stderr); return 1
     elif a.cmd == 'list':
         cs = clusters(a.ipython_dir)
         print(json.dumps(cs, indent=1) if a.json else format_clusters(cs))

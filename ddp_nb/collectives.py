@@ -14,13 +14,16 @@ __all__ = ['is_cell', 'source_line', 'to_records', 'records', 'current', 'collec
            'describe_record', 'nth', 'desync_report', 'CollectivesTable', 'collectives_table', 'set_debug']
 
 # %% ../nbs/00h_collectives.ipynb #c3100007
-_DTYPES = dict(Float='float32', Double='float64', Half='float16', BFloat16='bfloat16', Long='int64', Int='int32', Short='int16',
+_DTYPES = dict(Float='float32', Double='float64', Half='float16', BFloat16='bfloat16', Long='int64', Int='int32',
+               Short='int16',
                Char='int8', Byte='uint8', Bool='bool', ComplexFloat='complex64', ComplexDouble='complex128')
 _CELL = re.compile(r'(ipykernel_\d+[/\\]\d+\.py|<ipython-input-[^>]*>)$')
 _LIB = re.compile(r'[/\\](torch|ddp_nb)[/\\]|[/\\](contextlib|functools)\.py$|^<frozen |^<string>$')
-_ENGINE = re.compile(r'[/\\](IPython|ipykernel|ipyparallel)[/\\]')  # where the engine's own machinery starts (its event loop below)
+# where the engine's own machinery starts (its event loop below)
+_ENGINE = re.compile(r'[/\\](IPython|ipykernel|ipyparallel)[/\\]')
 _DDP_NB = re.compile(r'[/\\]ddp_nb[/\\]')
-_OWN = dict(check_group="ddp_nb's group check (cl.start, cl.reform, cl.restart)", health="ddp_nb's health check (cl.check)")
+_OWN = dict(check_group="ddp_nb's group check (cl.start, cl.reform, cl.restart)",
+            health="ddp_nb's health check (cl.check)")
 
 def is_cell(filename:str) -> bool:
     "Whether `filename` is a cell run by an IPython kernel (an engine's `%%px` cell)"
@@ -36,7 +39,8 @@ def _text(f:dict, most:int=60) -> str:
 def source_line(frames:list, # flight-recorder frames, innermost first: dicts with filename, line, name
                ) -> str|None:
     "The user's line that issued a collective: 'cell line 4: dist.all_reduce(t)', or 'file.py:N (cell line M: ...)' when a cell called that code; never a line of ddp_nb (its own collectives, called from no cell: \"ddp_nb's health check\")"
-    frames = list(itertools.takewhile(lambda f: not _ENGINE.search(f['filename']), frames))  # what ran the cell (or the call) is not the user's
+    # what ran the cell (or the call) is not the user's
+    frames = list(itertools.takewhile(lambda f: not _ENGINE.search(f['filename']), frames))
     user = next((f for f in frames if not _LIB.search(f['filename'])), None)
     if user is None:
         own = [f for f in frames if _DDP_NB.search(f['filename'])]
@@ -59,12 +63,15 @@ def to_records(dump:dict, # `compat_torch.flight_recorder_dump()`: its entries
         p2p = bool(e.get('is_p2p'))
         seq = e['p2p_seq_id'] if p2p else e['collective_seq_id']
         key = (pid, p2p)
-        if by_pg.get(key) and seq <= by_pg[key][-1]['seq']: by_pg[key] = []  # numbering began again: a new group with this id
+        # numbering began again: a new group with this id
+        if by_pg.get(key) and seq <= by_pg[key][-1]['seq']: by_pg[key] = []
         op = e['profiling_name'].split(':', 1)[-1]
         by_pg.setdefault(key, []).append(dict(
             seq=seq, op=op, pg='default' if name == 'default_pg' else pid, p2p=p2p,
-            shapes=[_shape(s) for s in e.get('input_sizes') or []], dtypes=[_DTYPES.get(d, d) for d in e.get('input_dtypes') or []],
-            where=source_line(e.get('frames') or []), state='done' if e.get('retired') or e.get('state') == 'completed' else 'pending',
+            shapes=[_shape(s) for s in e.get('input_sizes') or []],
+            dtypes=[_DTYPES.get(d, d) for d in e.get('input_dtypes') or []],
+            where=source_line(e.get('frames') or []),
+            state='done' if e.get('retired') or e.get('state') == 'completed' else 'pending',
             t=e['time_created_ns'] / 1e9))
     recs = [r for rs in by_pg.values() for r in rs[-last:]]
     return sorted(recs, key=lambda r: r['t'])
@@ -84,7 +91,8 @@ def current() -> list:
 # %% ../nbs/00h_collectives.ipynb #c310000f
 def collectives_file(cluster_id:str, # the cluster's id
                      rank:int, # the rank
-                     folder:str|None=None, # this user's folder for the ranks' files; None: `rank_dir()` (made if missing)
+                     # this user's folder for the ranks' files; None: `rank_dir()` (made if missing)
+                     folder:str|None=None,
                     ) -> str:
     "Where a rank writes its recent collectives: in this user's private folder, next to the stack file `cl.where()` reads"
     return os.path.join(folder or rank_dir(), f"{cluster_id}-collectives-{rank}.json")
@@ -92,7 +100,8 @@ def collectives_file(cluster_id:str, # the cluster's id
 def write_records(path:str, # the file; written atomically (a reader never sees half of it)
                   last:int=64, # records per process group
                   status:dict|None=None, # the pg_status this dump goes with, stored for the reader
-                  stacks:bool=True, # with each record's source line (torch's symbolizer: `warm_up` first, on the main thread)
+                  # with each record's source line (torch's symbolizer: `warm_up` first, on the main thread)
+                  stacks:bool=True,
                  ):
     "Write this rank's recent collectives to `path` as JSON (0600)"
     from ddp_nb.compat_torch import flight_recorder_dump
@@ -104,7 +113,8 @@ class _Writer(threading.Thread):
     "Polls the groups' sequence numbers and status every `poll` s; writes the records when they stalled, and every `every` s while they move"
     def __init__(self, path, poll, every, last, stall=1.0):
         super().__init__(daemon=True, name='ddp_nb-collectives')
-        self.path, self.poll, self.every, self.last, self.stall, self.stop = path, poll, every, last, stall, threading.Event()
+        (self.path, self.poll, self.every, self.last, self.stall,
+         self.stop) = path, poll, every, last, stall, threading.Event()
     def run(self):
         from ddp_nb.compat_torch import flight_recorder_dump, issued_per_group
         prev = written = None; t_written = t_changed = time.monotonic()
@@ -116,9 +126,11 @@ class _Writer(threading.Thread):
                 if st != prev: t_changed = now
                 # stalled for `stall` s (not between two cells: a write holds the GIL ~7 ms), or time for a fresh copy
                 if st != written and ((st == prev and now - t_changed >= self.stall) or now - t_written > self.every):
-                    write_records(self.path, self.last, st[1], stacks=_warm.is_set()); written, t_written = st, time.monotonic(); self.writes += 1
+                    write_records(self.path, self.last, st[1],
+                                  stacks=_warm.is_set()); written, t_written = st, time.monotonic(); self.writes += 1
                 prev = st
-            except Exception as e: print(f"ddp_nb.collectives: cannot write {self.path}: {e}", file=sys.__stderr__); return
+            except Exception as e:
+                print(f"ddp_nb.collectives: cannot write {self.path}: {e}", file=sys.__stderr__); return
             finally: self.cpu = time.thread_time()
 
 _writer = {}
@@ -135,9 +147,9 @@ def _warm_up_quietly():
 
 def warm_up_soon():
     "`warm_up` on the main thread once the engine's current request has answered (its event loop), else now"
-    # Never in the writer thread: its imports raced a cell's own imports of the same modules ("partially initialized module
-    # 'torch._inductor.utils'"). Not inside the request either: the cluster's start would wait for it (2 ranks: 2.2 s -> 4.9 s).
-    # Until it ran, the writer writes records without source lines.
+    # Never in the writer thread: its imports raced a cell's own imports of the same modules ("partially initialized
+    # module 'torch._inductor.utils'"). Not inside the request either: the cluster's start would wait for it (2 ranks:
+    # 2.2 s -> 4.9 s). Until it ran, the writer writes records without source lines.
     import asyncio
     try: asyncio.get_running_loop().call_soon(_warm_up_quietly)
     except RuntimeError: _warm_up_quietly()
@@ -150,14 +162,17 @@ def ring_size() -> int:
 def install(cluster_id:str|None=None, # None: this engine's IPP_CLUSTER_ID
             rank:int|None=None, # None: this rank's RANK
             poll:float=0.1, # seconds between looks at the groups' sequence numbers (~10 us each)
-            every:float|None=None, # seconds between writes while collectives progress; None: 10 with a ring of at most 512, else never (only on stalls)
+            # seconds between writes while collectives progress; None: 10 with a ring of at most 512, else never (only on stalls)
+            every:float|None=None,
             last:int=64, # records per process group in the file
-            stall:float=1.0, # seconds without a new collective before the records are written (a hang is reported after 2 s or more)
+            # seconds without a new collective before the records are written (a hang is reported after 2 s or more)
+            stall:float=1.0,
             warm:bool=True, # also `warm_up_soon` (a cluster starting does it last, after its other requests)
            ) -> str: # the file
     "Start (or restart) this rank's writer of its recent collectives to `collectives_file(cluster_id, rank)`"
     uninstall()
-    if every is None: every = 10.0 if ring_size() <= 512 else float('inf')  # a write symbolizes the whole ring: ~11 ms for 256 entries, ~0.7 s for 2000
+    # a write symbolizes the whole ring: ~11 ms for 256 entries, ~0.7 s for 2000
+    if every is None: every = 10.0 if ring_size() <= 512 else float('inf')
     cid = cluster_id or os.environ.get('IPP_CLUSTER_ID', 'local')
     path = collectives_file(cid, int(os.environ.get('RANK', 0)) if rank is None else rank)
     if warm: warm_up_soon()
@@ -167,7 +182,8 @@ def install(cluster_id:str|None=None, # None: this engine's IPP_CLUSTER_ID
 def writer_stats() -> dict|None:
     "The writer's cost so far: seconds running, CPU seconds it used, files written (None without a writer)"
     w = _writer.get('t')
-    return None if w is None or not hasattr(w, 't0') else dict(seconds=time.monotonic() - w.t0, cpu=w.cpu, writes=w.writes)
+    return (None if w is None or not hasattr(w, 't0')
+            else dict(seconds=time.monotonic() - w.t0, cpu=w.cpu, writes=w.writes))
 
 def uninstall() -> bool:
     "Stop this rank's writer; True if one ran"
@@ -201,42 +217,52 @@ def describe_record(r:dict, # a record
                    ) -> str:
     "'all_reduce [1000] float32 at cell line 4: dist.all_reduce(t)'"
     dt = sorted(set(r['dtypes']))
-    s = r['op'] + (f" on group {r['pg']}" if group else '') + (f" {'+'.join(r['shapes'])}" if r['shapes'] else '') + (f" {'/'.join(dt)}" if dt else '')
+    s = (r['op'] + (f" on group {r['pg']}" if group else '') + (f" {'+'.join(r['shapes'])}" if r['shapes'] else '')
+         + (f" {'/'.join(dt)}" if dt else ''))
     return s + (f" at {r['where']}" if r.get('where') else '')
 
 def nth(n:int) -> str:
     "'1st', '2nd', '3rd', '11th', '1511th': a collective's place in a rank's sequence, in words"
     return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
 
-_STATE = dict(dead='is dead', stopped='is stopped (SIGSTOP or a debugger), not running', lost='is lost (its host does not answer)')
+_STATE = dict(dead='is dead', stopped='is stopped (SIGSTOP or a debugger), not running',
+              lost='is lost (its host does not answer)')
 
 def _what(rank, r, state, grp) -> str:
     "One rank at the disagreeing collective"
-    if state in _STATE: return f"rank {rank} {_STATE[state]}; its last recorded collective was its {nth(r['seq'])}: {describe_record(r, grp)}" + (' (pending)' if r['state'] == 'pending' else '')
+    if state in _STATE:
+        return (f"rank {rank} {_STATE[state]}; its last recorded collective was its "
+                f"{nth(r['seq'])}: {describe_record(r, grp)}" + (' (pending)' if r['state'] == 'pending' else ''))
     verb = 'is in' if r['state'] == 'pending' and state == 'running' else 'issued'
     return f"rank {rank} {verb} {describe_record(r, grp)}"
 
 # %% ../nbs/00h_collectives.ipynb #c3100014
 def _not_issued(rank, lastr, state, ref, grp) -> str:
     "A rank that never issued the collective `ref` the others did"
-    was = f"its last was its {nth(lastr['seq'])}: {describe_record(lastr, grp)}" if lastr else "it issued none on this group"
+    was = (f"its last was its {nth(lastr['seq'])}: {describe_record(lastr, grp)}" if lastr
+           else "it issued none on this group")
     if state in _STATE: return f"rank {rank} {_STATE[state]}: {was}"
-    if state == 'running' and lastr and lastr['state'] == 'pending': return f"rank {rank} has not issued the {ref['op']}: it waits in an earlier one ({was})"
-    if state == 'running': return f"rank {rank} has not issued the {ref['op']} ({was}, and runs outside any collective): it skipped it, or is slow to get there"
+    if state == 'running' and lastr and lastr['state'] == 'pending':
+        return f"rank {rank} has not issued the {ref['op']}: it waits in an earlier one ({was})"
+    if state == 'running':
+        return (f"rank {rank} has not issued the {ref['op']} ({was}, and runs outside any collective): it "
+                f"skipped it, or is slow to get there")
     how = {'finished': 'it finished the cell', 'raised': 'it raised an error'}.get(state, f'it is {state}')
     return f"rank {rank} skipped the {ref['op']} ({was}; {how})"
 
 def _ranks(rs) -> str: return ('rank ' if len(rs) == 1 else 'ranks ') + ','.join(map(str, rs))
 
 def desync_report(records:dict, # rank -> records, oldest first (`read_records`)
-                  states:dict|None=None, # rank -> 'running', 'finished', 'raised', 'dead', 'stopped' (SIGSTOP), 'lost' (None: all running)
+                  # rank -> 'running', 'finished', 'raised', 'dead', 'stopped' (SIGSTOP), 'lost' (None: all running)
+                  states:dict|None=None,
                  ) -> str|None: # the report; None when the ranks agree and none is dead or stopped
     "Name the first collective at which the ranks disagree (op, shapes or dtypes differ, or some ranks never issued it), and dead or stopped ranks as such"
     unknown = sorted(r for r, v in records.items() if v is None)  # no file: no recorder on that rank
     records = {r: v for r, v in records.items() if v is not None}
     states = {r: (states or {}).get(r, 'running') for r in records}
     allranks = sorted(records)
-    ranks = [r for r in allranks if states[r] not in _STATE]  # compared: the ranks that run or ran; a dead or stopped rank's file may be old
+    # compared: the ranks that run or ran; a dead or stopped rank's file may be old
+    ranks = [r for r in allranks if states[r] not in _STATE]
     by = {r: {} for r in ranks}
     for r in ranks:
         for x in records[r]: by[r].setdefault((x['pg'], x['p2p']), {})[x['seq']] = x
@@ -247,7 +273,8 @@ def desync_report(records:dict, # rank -> records, oldest first (`read_records`)
         seqs = {r: by[r].get(g, {}) for r in ranks}
         if g[1]: continue  # send/recv pair between two ranks only: not comparable across all
         have = [r for r in ranks if seqs[r]]
-        start = max(min(s) for r, s in seqs.items() if s) if have else 0  # the oldest sequence number every rank still has
+        # the oldest sequence number every rank still has
+        start = max(min(s) for r, s in seqs.items() if s) if have else 0
         top = max(max(s) for r, s in seqs.items() if s) if have else 0
         for n in range(start, top + 1):
             at = {r: seqs[r].get(n) for r in ranks}
@@ -260,14 +287,22 @@ def desync_report(records:dict, # rank -> records, oldest first (`read_records`)
             else:
                 ref = at[present[0]]
                 waiting = [r for r in present if at[r]['state'] == 'pending' and states[r] == 'running']
-                lines = [_not_issued(r, seqs[r][max(seqs[r])] if seqs[r] else None, states[r], ref, grp) for r in ranks if at[r] is None]
-                lines += [f"{_ranks(waiting)} wait{'s' if len(waiting) == 1 else ''} in it: {describe_record(ref, grp)}"] if waiting else []
-            out.append(f"collectives out of step at each rank's {nth(n)} collective{' on group ' + g[0] if grp else ''}: " + '; '.join(lines))
+                lines = [_not_issued(r, seqs[r][max(seqs[r])] if seqs[r] else None, states[r], ref, grp) for r in ranks
+                         if at[r] is None]
+                lines += ([f"{_ranks(waiting)} wait{'s' if len(waiting) == 1 else ''} in "
+                           f"it: {describe_record(ref, grp)}"] if waiting else [])
+            out.append(f"collectives out of step at each rank's {nth(n)} "
+                       f"collective{' on group ' + g[0] if grp else ''}: " + '; '.join(lines))
             break
-    bad = [r for r in allranks if states[r] in _STATE]  # name the ranks that cannot go on, and (in step) what the others wait in
+    # name the ranks that cannot go on, and (in step) what the others wait in
+    bad = [r for r in allranks if states[r] in _STATE]
     if bad:
-        lines = [_what(r, records[r][-1], states[r], grp) if records[r] else f"rank {r} {_STATE[states[r]]}; no collective recorded" for r in bad]
-        if not out: lines += [f"rank {r} waits in its {nth(records[r][-1]['seq'])} collective: {describe_record(records[r][-1], grp)}" for r in ranks if records[r] and records[r][-1]['state'] == 'pending']
+        lines = [_what(r, records[r][-1], states[r], grp) if records[r]
+                 else f"rank {r} {_STATE[states[r]]}; no collective recorded" for r in bad]
+        if not out:
+            lines += ([f"rank {r} waits in its {nth(records[r][-1]['seq'])} collective: "
+                       f"{describe_record(records[r][-1], grp)}" for r in ranks if records[r]
+                       and records[r][-1]['state'] == 'pending'])
         out.append('; '.join(lines))
     if not out: return None
     if unknown: out.append(f"({_ranks(unknown)}: no records, the recorder is not installed there)")
@@ -278,19 +313,23 @@ class CollectivesTable:
     "The recent collectives of every rank, one row per (group, sequence number): `str()` for text (differences marked `!`), HTML in Jupyter (differences in red)"
     def __init__(self, head:list, rows:list, bad:list): self.head, self.rows, self.bad = head, rows, bad
     def __str__(self):
-        cells = [self.head] + [[c + (' !' if b and i else '') for i, c in enumerate(r)] for r, b in zip(self.rows, self.bad)]
+        cells = ([self.head] + [[c + (' !' if b and i else '') for i, c in enumerate(r)]
+                                for r, b in zip(self.rows, self.bad)])
         w = [max(len(r[i]) for r in cells) for i in range(len(self.head))]
         return '\n'.join('  '.join(c.ljust(n) for c, n in zip(r, w)).rstrip() for r in cells)
     __repr__ = __str__
     def _repr_html_(self):
         th = ''.join(f'<th style="text-align:left">{html.escape(h)}</th>' for h in self.head)
-        tr = ''.join('<tr>' + ''.join(f'<td style="text-align:left;font-family:monospace{";background:#fdd" if b and i else ""}">{html.escape(c)}</td>'
-                                      for i, c in enumerate(r)) + '</tr>' for r, b in zip(self.rows, self.bad))
+        tr = ''.join('<tr>'
+                     + ''.join(f'<td style="text-align:left;font-family:monospace'
+                               f'{";background:#fdd" if b and i else ""}">{html.escape(c)}</td>'
+                               for i, c in enumerate(r)) + '</tr>' for r, b in zip(self.rows, self.bad))
         return f'<table><tr>{th}</tr>{tr}</table>'
 
 def _cell(r) -> str:
     if r is None: return '—'
-    return f"{r['op']} {'+'.join(r['shapes'])} {'/'.join(sorted(set(r['dtypes'])))}".rstrip() + (f" @ {r['where']}" if r.get('where') else '') + (' …' if r['state'] == 'pending' else '')
+    return (f"{r['op']} {'+'.join(r['shapes'])} {'/'.join(sorted(set(r['dtypes'])))}".rstrip()
+            + (f" @ {r['where']}" if r.get('where') else '') + (' …' if r['state'] == 'pending' else ''))
 
 def collectives_table(records:dict, # rank -> records (`read_records`, or `dict(enumerate(cl.run(records)))`)
                       last:int=20, # rows: the latest sequence numbers
@@ -298,8 +337,10 @@ def collectives_table(records:dict, # rank -> records (`read_records`, or `dict(
     "The last collectives of every rank side by side, rows where ranks differ (op, shapes, dtypes, or missing) marked; '…': pending"
     records = {r: v or [] for r, v in records.items()}
     ranks = sorted(records)
-    keys = sorted({(x['pg'], x['seq'], x['p2p']) for r in ranks for x in records[r]}, key=lambda k: (k[2], k[0] != 'default', k[0], k[1]))
-    keys = sorted(keys, key=lambda k: min(x['t'] for r in ranks for x in records[r] if (x['pg'], x['seq'], x['p2p']) == k))[-last:]
+    keys = sorted({(x['pg'], x['seq'], x['p2p']) for r in ranks for x in records[r]},
+                  key=lambda k: (k[2], k[0] != 'default', k[0], k[1]))
+    keys = sorted(keys, key=lambda k: min(x['t'] for r in ranks for x in records[r]
+                                          if (x['pg'], x['seq'], x['p2p']) == k))[-last:]
     idx = {r: {(x['pg'], x['seq'], x['p2p']): x for x in records[r]} for r in ranks}
     multi = len({k[0] for k in keys}) > 1
     rows, bad = [], []

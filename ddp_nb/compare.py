@@ -41,7 +41,8 @@ def tensor_digest(t, # a tensor on any device
 def _is_number(o) -> bool:
     "A plain or numpy number (bools included)"
     np = sys.modules.get('numpy')
-    return isinstance(o, (bool, int, float, complex)) or (np is not None and isinstance(o, np.generic) and o.dtype.kind in 'biufc')
+    return (isinstance(o, (bool, int, float, complex))
+            or (np is not None and isinstance(o, np.generic) and o.dtype.kind in 'biufc'))
 
 def _short(s:str) -> str: return s if len(s) <= _SHORT else s[:_SHORT - 3] + '...'
 
@@ -55,7 +56,8 @@ def _stats(t) -> dict:
     if x.dtype == torch.bool: x = x.to(torch.uint8)
     try:
         lo, hi = torch.aminmax(x)
-        fast = x.is_floating_point() and x.element_size() < 8  # a float32 sum: 20x faster than a float64 one, and only for humans
+        # a float32 sum: 20x faster than a float64 one, and only for humans
+        fast = x.is_floating_point() and x.element_size() < 8
         st.update(sum=(x.sum(dtype=torch.float32) if fast else x.sum()).item(), min=lo.item(), max=hi.item())
     except (RuntimeError, TypeError): pass  # a dtype without these reductions on this device
     return st
@@ -63,7 +65,8 @@ def _stats(t) -> dict:
 def _np_stats(a) -> dict:
     "numel, sum, min and max of a numpy array (None where they do not apply)"
     st = dict(numel=int(a.size), sum=None, min=None, max=None)
-    if a.size and a.dtype.kind in 'biuf': st.update(sum=float(a.sum(dtype='float64')), min=a.min().item(), max=a.max().item())
+    if a.size and a.dtype.kind in 'biuf':
+        st.update(sum=float(a.sum(dtype='float64')), min=a.min().item(), max=a.max().item())
     return st
 
 class NumberList(list):
@@ -91,23 +94,28 @@ def leaf_entry(o, # a leaf: tensor, array, number, string, None or any other obj
     if _is_number(o):
         v = o.item() if hasattr(o, 'item') else o
         return {**e, 'kind': 'number', 'hash': repr(v), 'value': v}  # repr: exact for floats, and nan equals nan
-    if isinstance(o, str): return {**e, 'kind': 'str', 'hash': _h(o.encode('utf-8', 'surrogatepass')), 'value': _short(o)}
-    if isinstance(o, (bytes, bytearray)): return {**e, 'kind': 'str', 'shape': (len(o),), 'hash': _h(o), 'value': _short(repr(o))}
+    if isinstance(o, str):
+        return {**e, 'kind': 'str', 'hash': _h(o.encode('utf-8', 'surrogatepass')), 'value': _short(o)}
+    if isinstance(o, (bytes, bytearray)):
+        return {**e, 'kind': 'str', 'shape': (len(o),), 'hash': _h(o), 'value': _short(repr(o))}
     if isinstance(o, EmptyContainer): return {**e, 'kind': 'empty', 'type': o.type, 'hash': 'empty', 'value': None}
     if isinstance(o, NumberList):
         return {**e, 'kind': 'numbers', 'type': 'list', 'shape': (len(o),), 'hash': _h(repr(list(o)).encode()),
                 'numel': len(o), 'sum': sum(o), 'min': min(o), 'max': max(o)}
     if is_dtensor(o): return dtensor_entry(o)
     if torch is not None and isinstance(o, torch.Tensor):
-        return {**e, 'kind': 'tensor', 'shape': tuple(o.shape), 'dtype': str(o.dtype).replace('torch.', ''), 'device': str(o.device),
+        return {**e, 'kind': 'tensor', 'shape': tuple(o.shape), 'dtype': str(o.dtype).replace('torch.', ''),
+                'device': str(o.device),
                 'hash': tensor_digest(o), **_stats(o)}
     if np is not None and isinstance(o, np.ndarray) and o.dtype.kind in 'biufcmM':
         a = np.ascontiguousarray(o)
-        return {**e, 'kind': 'array', 'shape': tuple(o.shape), 'dtype': str(o.dtype), 'hash': _h(a.reshape(-1).view(np.uint8).data), **_np_stats(a)}
+        return {**e, 'kind': 'array', 'shape': tuple(o.shape), 'dtype': str(o.dtype),
+                'hash': _h(a.reshape(-1).view(np.uint8).data), **_np_stats(a)}
     try: b = pickle.dumps(o, protocol=4)
     except Exception as ex:
         return {**e, 'kind': 'unknown', 'hash': None,
-                'error': f"cannot pickle {type(o).__name__} ({type(ex).__name__}: {_short(str(ex))}): its value is not compared"}
+                'error': f"cannot pickle {type(o).__name__} ({type(ex).__name__}: "
+                         f"{_short(str(ex))}): its value is not compared"}
     r = repr(o)
     return {**e, 'hash': _h(b), 'value': _short(r) if ' at 0x' not in r else None}
 
@@ -115,7 +123,8 @@ def leaf_entry(o, # a leaf: tensor, array, number, string, None or any other obj
 def dtensor_entry(t) -> dict:
     "A DTensor's entry: replicated, compared by value; sharded, by layout (each rank holds its own part), with this rank's part's digest"
     local = t.to_local()
-    e = {**leaf_entry(local), 'type': 'DTensor', 'shape': tuple(t.shape), 'placements': tuple(repr(p) for p in t.placements)}
+    e = {**leaf_entry(local), 'type': 'DTensor', 'shape': tuple(t.shape),
+         'placements': tuple(repr(p) for p in t.placements)}
     if all(p.is_replicate() for p in t.placements): return e
     return {**e, 'kind': 'shard', 'local_shape': tuple(local.shape), 'local_hash': e['hash'],
             'hash': _h(repr((e['placements'], tuple(t.device_mesh.shape))).encode())}
@@ -150,7 +159,8 @@ def _children(o) -> list|None:
     if isinstance(o, (set, frozenset)):
         try: return list(enumerate(sorted(o)))
         except TypeError: return None
-    if dataclasses.is_dataclass(o) and not isinstance(o, type): return [(f.name, getattr(o, f.name)) for f in dataclasses.fields(o)]
+    if dataclasses.is_dataclass(o) and not isinstance(o, type):
+        return [(f.name, getattr(o, f.name)) for f in dataclasses.fields(o)]
     if callable(getattr(o, 'state_dict', None)) and not isinstance(o, type): return list(o.state_dict().items())
     return None
 
@@ -162,9 +172,11 @@ def leaves(obj, # any object
     n, stack = 0, [(path, obj, ())]
     while stack:
         p, o, seen = stack.pop()
-        if n >= max_entries: yield '...', ValueError(f"more than {max_entries} entries: the rest is not compared"); return
+        if n >= max_entries:
+            yield '...', ValueError(f"more than {max_entries} entries: the rest is not compared"); return
         try: kids = _children(o)
-        except Exception as ex: kids, o = None, RuntimeError(f"{type(o).__name__}.state_dict() failed: {type(ex).__name__}: {ex}")
+        except Exception as ex:
+            kids, o = None, RuntimeError(f"{type(o).__name__}.state_dict() failed: {type(ex).__name__}: {ex}")
         n += not kids or id(o) in seen or len(seen) > 64
         if kids is None: yield p, (NumberList(o) if isinstance(o, (list, tuple)) else o)
         elif not kids: yield p, EmptyContainer(o)
@@ -214,7 +226,8 @@ def sampler_positions(ns:dict, # a namespace
     for k, o in list(ns.items()):
         if k.startswith('_') or isinstance(o, type): continue
         try:
-            if isinstance(getattr(o, 'sampler', None), Sampler) and callable(getattr(o, 'state_dict', None)):  # ShardedLoader and the like
+            # ShardedLoader and the like
+            if isinstance(getattr(o, 'sampler', None), Sampler) and callable(getattr(o, 'state_dict', None)):
                 out[k] = {**o.state_dict(), 'sampler': _sampler_state(o.sampler)}
             elif isinstance(o, DataLoader): out[k] = dict(batch_size=o.batch_size, sampler=_sampler_state(o.sampler))
             elif isinstance(o, Sampler) and hasattr(o, 'epoch'): out[k] = _sampler_state(o)
@@ -237,7 +250,9 @@ def _eval(expr:str, ns:dict|None=None):
     if expr.strip() == 'rng': return rng_states()
     if expr.strip() == 'sampler':
         found = sampler_positions(ns)
-        if not found: raise LookupError("no data loader or sampler is bound to a name here: compare an expression such as 'loader.sampler.epoch'")
+        if not found:
+            raise LookupError("no data loader or sampler is bound to a name here: compare an expression "
+                              "such as 'loader.sampler.epoch'")
         return found
     return eval(expr, ns)
 
@@ -270,10 +285,13 @@ def _describe(e:dict) -> str:
     if e['kind'] in ('missing', 'error', 'unknown'): return e.get('error') or e['kind']
     if e['kind'] == 'empty': return f"empty {e['type']}"
     if e['kind'] == 'shard':
-        same = any(p.startswith('Replicate') for p in e['placements'])  # HSDP: ranks holding copies of one part are not compared either
-        return (f"DTensor {e['dtype']} {tuple(e['shape'])} {', '.join(e['placements'])}: each rank holds a part (layout compared"
+        # HSDP: ranks holding copies of one part are not compared either
+        same = any(p.startswith('Replicate') for p in e['placements'])
+        return (f"DTensor {e['dtype']} {tuple(e['shape'])} {', '.join(e['placements'])}: each "
+                f"rank holds a part (layout compared"
                 + ("; copies of a part not compared)" if same else ")"))
-    if e['kind'] in ('tensor', 'array', 'numbers'): return ' '.join(str(s) for s in (e['kind'], e['dtype'], tuple(e['shape'])) if s)
+    if e['kind'] in ('tensor', 'array', 'numbers'):
+        return ' '.join(str(s) for s in (e['kind'], e['dtype'], tuple(e['shape'])) if s)
     v = e.get('value')
     return f"{e['type']} {v!r}" if v is not None or e['kind'] == 'none' else e['type']
 
@@ -308,7 +326,8 @@ def detail(self:CompareRow) -> str:
     "What the ranks hold: one description when they hold the same kind of thing, else one per group"
     ds = [_describe(self.entries[g[0]]) for g in self.groups]
     if len(set(ds)) == 1: return ds[0] + (f" ({self.note})" if self.note else '')
-    return '; '.join(f"{ranks_text(g)}: {d}" for g, d in zip(self.groups, ds)) + (f" ({self.note})" if self.note else '')
+    return ('; '.join(f"{ranks_text(g)}: {d}" for g, d in zip(self.groups, ds))
+            + (f" ({self.note})" if self.note else ''))
 
 @patch(as_prop=True)
 def diff_text(self:CompareRow) -> str:
@@ -350,7 +369,8 @@ class Comparison:
                  rows:list, # one `CompareRow` per path, in order
                 ):
         self.expr, self.ranks, self.rows = expr, ranks, rows
-        self.nbytes, self.seconds = 0, None  # pickled bytes that came from the ranks, and seconds it took (set by `compare`)
+        # pickled bytes that came from the ranks, and seconds it took (set by `compare`)
+        self.nbytes, self.seconds = 0, None
 
     @property
     def differing(self) -> list: return [r for r in self.rows if not r.agree]
@@ -385,7 +405,8 @@ def _title(c:Comparison) -> str:
     shards = f" ({k:,} sharded: layout compared, each rank holds its own part)" if k else ''
     if c.in_sync: return f"{head}in sync: {n} entr{'y agrees' if n == 1 else 'ies agree'} on {on}{shards}"
     d = c.differing
-    return f"{head}NOT in sync: {len(d)} of {n} entr{'y differs' if n == 1 else 'ies differ'} on {on}; first: {d[0].path or '(the value)'}, {d[0].ranks}{shards}"
+    return (f"{head}NOT in sync: {len(d)} of {n} entr{'y differs' if n == 1 else 'ies differ'} on {on}; first: "
+            f"{d[0].path or '(the value)'}, {d[0].ranks}{shards}")
 
 def _cells(r:CompareRow) -> list: return [r.path or '(the value)', r.what or 'agree', r.ranks, r.diff_text, r.detail]
 
@@ -397,20 +418,26 @@ def comparison_text(c:Comparison, # a comparison
     if not rows: return _title(c)
     shown = [_cells(r) for r in (rows if all_rows else rows[:_MAX_ROWS])]
     w = [min(50, max(len(x[i]) for x in shown + [_HEADS])) for i in range(4)]
-    lines = [_title(c)] + ['  '.join(s[:50].ljust(w[i]) for i, s in enumerate(x[:4])) + '  ' + x[4] for x in [_HEADS] + shown]
+    lines = ([_title(c)] + ['  '.join(s[:50].ljust(w[i]) for i, s in enumerate(x[:4])) + '  ' + x[4]
+                            for x in [_HEADS] + shown])
     if len(rows) > len(shown): lines.append(f"... and {len(rows) - len(shown)} more that differ")
     return '\n'.join(lines)
 
 def comparison_html(c:Comparison) -> str:
     "The same as a small HTML table: differing rows first and highlighted, the agreeing ones folded away"
-    def tr(r, style=''): return f"<tr{style}>" + ''.join(f"<td style='text-align:left'>{html.escape(s)}</td>" for s in _cells(r)) + "</tr>"
-    head, hot = "<tr>" + ''.join(f"<th style='text-align:left'>{h}</th>" for h in _HEADS) + "</tr>", " style='background:#fdecea;color:#000'"
+    def tr(r, style=''):
+        return (f"<tr{style}>" + ''.join(f"<td style='text-align:left'>{html.escape(s)}</td>"
+                                         for s in _cells(r)) + "</tr>")
+    head, hot = ("<tr>" + ''.join(f"<th style='text-align:left'>{h}</th>" for h in _HEADS) + "</tr>",
+                 " style='background:#fdecea;color:#000'")
     out = f"<div><b style='color:{'#2e7d32' if c.in_sync else '#c62828'}'>{html.escape(_title(c))}</b>"
     d = c.differing[:_MAX_ROWS]
     if d: out += f"<table>{head}{''.join(tr(r, hot) for r in d)}</table>"
     if len(c.differing) > len(d): out += f"<i>... and {len(c.differing) - len(d)} more that differ</i>"
     ok = [r for r in c.rows if r.agree]
-    if ok: out += f"<details><summary>{len(ok)} entr{'y agrees' if len(ok) == 1 else 'ies agree'}</summary><table>{head}{''.join(tr(r) for r in ok[:500])}</table></details>"
+    if ok:
+        out += (f"<details><summary>{len(ok)} entr{'y agrees' if len(ok) == 1 else 'ies agree'}</summary>"
+                f"<table>{head}{''.join(tr(r) for r in ok[:500])}</table></details>")
     return out + "</div>"
 
 @patch
@@ -431,7 +458,8 @@ def assert_in_sync(self:Comparison, msg:str='') -> Comparison:
 def _my_rank() -> int:
     "This process's rank: from torch.distributed if it is set up, else $RANK, else 0"
     torch = _torch()
-    if torch is not None and torch.distributed.is_available() and torch.distributed.is_initialized(): return torch.distributed.get_rank()
+    if torch is not None and torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_rank()
     return int(os.environ.get('RANK', 0))
 
 def _flat(o):
@@ -504,7 +532,9 @@ def _chunk_bound(row:CompareRow, items:list) -> list:
     "Set the row's bound from differing chunks; return those chunks as slices"
     ref, size, n = items[0]['chunks'], items[0]['size'], items[0]['numel']
     bad = sorted({k for it in items[1:] for k, ch in enumerate(it['chunks']) if ch[0] != ref[k][0]})
-    try: row.maxdiff = max(max(it['chunks'][k][2] - ref[k][1], ref[k][2] - it['chunks'][k][1]) for it in items[1:] for k in bad)
+    try:
+        row.maxdiff = max(max(it['chunks'][k][2] - ref[k][1], ref[k][2] - it['chunks'][k][1]) for it in items[1:]
+                          for k in bad)
     except TypeError: row.maxdiff = None  # no ranges for this dtype
     row.bound, row.note = True, f"{len(bad)} of {len(ref)} chunks differ; bound from their ranges"
     return _merge([(k * size, min(n, (k + 1) * size)) for k in bad])
@@ -514,7 +544,8 @@ def fill_diffs(c:Comparison, # a comparison: rows whose tensors differ in value 
                max_elements:int=1_000_000, # per entry, values pulled from one rank at most
               ) -> Comparison:
     "Find the max |difference| of differing tensors, arrays and long lists, pulling at most `max_elements` per entry and rank"
-    rows = [r for r in c.differing if r.what == 'values' and r.entries[r.groups[0][0]]['kind'] in ('tensor', 'array', 'numbers')]
+    rows = [r for r in c.differing if r.what == 'values'
+            and r.entries[r.groups[0][0]]['kind'] in ('tensor', 'array', 'numbers')]
     if not rows: return c
     want = {}
     for r in rows:
@@ -544,15 +575,18 @@ def compare_objects(objs:dict, # rank (or any int label) -> object
     "Compare objects held here as if each were on its own rank"
     nss = {r: {'value': o} for r, o in objs.items()}
     c = compare_fingerprints({r: evaluate('value', ns) for r, ns in nss.items()}, expr)
-    return fill_diffs(c, lambda want: {r: rank_values('value', want, max_elements, nss[r], r) for r in want}, max_elements)
+    return fill_diffs(c, lambda want: {r: rank_values('value', want, max_elements, nss[r], r) for r in want},
+                      max_elements)
 
 # %% ../nbs/00e_compare.ipynb #29cd1c8b
 def _nbytes(o) -> int: return len(pickle.dumps(o, protocol=4))
 
 def compare(cl:RankRunner, # a started cluster (a DDPCluster)
-            expr:str, # an expression on every rank ('model', 'opt', "[p.grad for p in model.parameters()]"), or 'rng' / 'sampler'
+            # an expression on every rank ('model', 'opt', "[p.grad for p in model.parameters()]"), or 'rng' / 'sampler'
+            expr:str,
             ranks=None, # ranks to compare (int, list, '0,2', '1:'); None: all
-            max_elements:int=1_000_000, # per entry, values pulled from a rank for the difference at most; bigger: a bound
+            # per entry, values pulled from a rank for the difference at most; bigger: a bound
+            max_elements:int=1_000_000,
             diff:bool=True, # find the max |difference| of entries that differ (a second round)
             max_entries:int=100_000, # fingerprint at most this many entries
            ) -> Comparison:

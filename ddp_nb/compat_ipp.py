@@ -7,7 +7,8 @@ from __future__ import annotations
 import collections, concurrent.futures, logging, os, re, warnings
 from importlib.metadata import version, PackageNotFoundError
 
-log = logging.getLogger('ddp_nb.compat_ipp')  # what is swallowed goes here, at DEBUG: logging.getLogger('ddp_nb').setLevel('DEBUG') shows it
+# what is swallowed goes here, at DEBUG: logging.getLogger('ddp_nb').setLevel('DEBUG') shows it
+log = logging.getLogger('ddp_nb.compat_ipp')
 
 # %% auto #0
 __all__ = ['log', 'tested_versions', 'min_versions', 'OUTPUT_MSGS', 'CompatError', 'installed', 'outside_tested', 'missing',
@@ -38,8 +39,10 @@ def outside_tested(dist:str, v:str|None, tested:dict, lowest:dict) -> str|None:
     "Why version `v` of `dist` is outside what was tested (None if it is within)"
     if v is None or dist not in tested: return None
     # a newer minor release is common and usually fine (each reach fails by name if not): only a newer major warns
-    if _mm(v)[0] > _mm(tested[dist])[0]: return f"{dist} {v} is a newer major version than ddp_nb was tested with ({tested[dist]})"
-    if dist in lowest and _mm(v) < _mm(lowest[dist]): return f"{dist} {v} is older than ddp_nb supports ({lowest[dist]})"
+    if _mm(v)[0] > _mm(tested[dist])[0]:
+        return f"{dist} {v} is a newer major version than ddp_nb was tested with ({tested[dist]})"
+    if dist in lowest and _mm(v) < _mm(lowest[dist]):
+        return f"{dist} {v} is older than ddp_nb supports ({lowest[dist]})"
     return None
 
 def missing(what:str, # the private API, e.g. "AsyncResult._children"
@@ -49,8 +52,9 @@ def missing(what:str, # the private API, e.g. "AsyncResult._children"
     "The error for a private API that the installed `dist` lacks: what, the versions tested and installed, what to do"
     t, v = tested.get(dist, '?'), installed(dist)
     nxt = f"{int(_mm(t)[0]) + 1}" if t != '?' else '?'
-    return CompatError(f"ddp_nb relies on {dist}'s {what}, present in the {dist} {t} it was tested with; this {dist} {v} "
-                       f"lacks it or changed it: install {dist}<{nxt} (e.g. pip install '{dist}=={t}.*'), or upgrade ddp_nb.")
+    return CompatError(f"ddp_nb relies on {dist}'s {what}, present in the {dist} {t} it was tested with; this {dist} "
+                       f"{v} lacks it or changed it: install {dist}<{nxt} (e.g. pip install "
+                       f"'{dist}=={t}.*'), or upgrade ddp_nb.")
 
 def check_versions(tested:dict=tested_versions, lowest:dict=min_versions,
                    module:str='ddp_nb.compat_ipp', # where the reaches are listed, for the warning
@@ -80,7 +84,8 @@ def noninteractive() -> bool:
     "Whether ipyparallel runs non-interactively (`ipyparallel._NONINTERACTIVE`, set from IPP_NONINTERACTIVE): no progress bars"
     import ipyparallel as ipp
     v = getattr(ipp, '_NONINTERACTIVE', None)
-    return os.getenv('IPP_NONINTERACTIVE', '') not in {'', '0'} if v is None else bool(v)  # older/newer: what it was set from
+    # older/newer: what it was set from
+    return os.getenv('IPP_NONINTERACTIVE', '') not in {'', '0'} if v is None else bool(v)
 
 # %% ../nbs/00b_compat_ipp.ipynb #e190eecd
 def task_futures(ar) -> list: # [(engine id, future)], one per engine the task went to
@@ -104,7 +109,8 @@ def task_name(ar, default:str='task') -> str:
 # %% ../nbs/00b_compat_ipp.ipynb #0d5fc8c3
 def supervised_view(view, # an ipyparallel DirectView
                     watch, # called as watch(ar, blocking) for every task sent through `view`
-                    before=None, # called as before(targets) ahead of every task (the view's targets where none are given): may raise to refuse it
+                    # called as before(targets) ahead of every task (the view's targets where none are given): may raise to refuse it
+                    before=None,
                    ):
     "`view` itself, its class swapped for a DirectView subclass that sends every task non-blocking and hands it to `watch` (overrides ipyparallel 9.2's (tested) `DirectView._really_apply`)"
     from ipyparallel.client.view import DirectView
@@ -141,7 +147,8 @@ def record_outputs(rc, # an ipyparallel Client
     make = getattr(rc, 'create_message_futures', None)
     if not callable(make): raise missing('Client.create_message_futures')
     from ipyparallel.client.futures import MessageFuture
-    if not isinstance(getattr(MessageFuture('probe'), 'iopub_callbacks', None), list): raise missing('MessageFuture.iopub_callbacks')
+    if not isinstance(getattr(MessageFuture('probe'), 'iopub_callbacks', None), list):
+        raise missing('MessageFuture.iopub_callbacks')
     def create_message_futures(*args, **kwargs):
         futures = make(*args, **kwargs)
         f = futures[0]
@@ -175,7 +182,8 @@ def stop_sync_thread(obj, # an ipyparallel Cluster (any `AsyncFirst`), or None
                     ) -> bool: # True if a thread was running and is now stopped, its loop closed
     "Stop the event-loop thread `obj`'s `*_sync` methods started under a running loop and close its loop (`AsyncFirst._async_thread` and `._thread_loop`, tested with ipyparallel 9.2, which never stops them)"
     t, loop = getattr(obj, '_async_thread', None), getattr(obj, '_thread_loop', None)
-    if t is None or not hasattr(loop, 'add_callback'): return False  # none started (or another ipyparallel: the test below says so)
+    # none started (or another ipyparallel: the test below says so)
+    if t is None or not hasattr(loop, 'add_callback'): return False
     if t.is_alive():
         loop.add_callback(loop.stop)
         t.join(timeout)
@@ -236,7 +244,8 @@ def plain_tracebacks(shell, # an IPython InteractiveShell (a rank's engine)
     orig, plain = itb.structured_traceback, {cls}
     def structured_traceback(etype, evalue, etb=None, tb_offset=None, context=5):
         mode = itb.mode
-        if not (isinstance(etype, type) and issubclass(etype, tuple(plain))) or mode == 'Plain': return orig(etype, evalue, etb, tb_offset, context)
+        if not (isinstance(etype, type) and issubclass(etype, tuple(plain))) or mode == 'Plain':
+            return orig(etype, evalue, etb, tb_offset, context)
         itb.set_mode('Plain')
         try: return orig(etype, evalue, etb, tb_offset, context)
         finally: itb.set_mode(mode)
@@ -265,8 +274,10 @@ def bind_engine_kernel() -> str: # the kernel's connection file, for `jupyter co
 _result_classes = {}  # an AsyncResult class -> its supervised subclass
 
 def supervised_result(ar, # an ipyparallel AsyncResult (or AsyncMapResult)
-                      resolve, # called as resolve(ar, timeout) before `ar.get` returns or raises: may raise an error of its own
-                      relabel=None, # called with ipyparallel's own error (RemoteError, CompositeError) before `get` raises it: may change how it shows
+                      # called as resolve(ar, timeout) before `ar.get` returns or raises: may raise an error of its own
+                      resolve,
+                      # called with ipyparallel's own error (RemoteError, CompositeError) before `get` raises it: may change how it shows
+                      relabel=None,
                      ):
     "`ar` itself, its class swapped for a subclass whose `get` (so `ar.r` and `%pxresult` too) calls `resolve` first, and `relabel` on the error it raises (overrides ipyparallel 9.2's (tested) `AsyncResult.get(timeout, return_exceptions, return_when)`)"
     from ipyparallel import AsyncResult
@@ -276,12 +287,14 @@ def supervised_result(ar, # an ipyparallel AsyncResult (or AsyncMapResult)
         class SupervisedResult(base):
             def get(self, timeout=None, return_exceptions=None, return_when=None):
                 forever = timeout is None or timeout < 0
-                raw = return_exceptions or (return_exceptions is None and getattr(self, '_return_exceptions', False)) or return_when is not None
+                raw = (return_exceptions or (return_exceptions is None and getattr(self, '_return_exceptions', False))
+                       or return_when is not None)
                 if raw: return super().get(timeout, return_exceptions, return_when)
                 self._ddp_nb_resolve(self, None if forever else timeout)
                 try: return super().get(None if forever else 0)  # resolve waited already
                 except Exception as e:
-                    if getattr(self, '_ddp_nb_relabel', None) is not None and not isinstance(e, TimeoutError): self._ddp_nb_relabel(e)
+                    if getattr(self, '_ddp_nb_relabel', None) is not None and not isinstance(e, TimeoutError):
+                        self._ddp_nb_relabel(e)
                     raise
         SupervisedResult.__name__ = SupervisedResult.__qualname__ = base.__name__  # reprs stay ipyparallel's
         _result_classes[base] = SupervisedResult
@@ -299,12 +312,14 @@ def hub_answers(rc, # a connected Client
                 timeout:float=5, # seconds to wait for the answer
                ) -> bool:
     "Whether the controller answers a queue query within `timeout` s (sent by `Client._send` on `Client._query_stream`, tested with ipyparallel 9.2, whose own queries wait without a deadline)"
-    if not (hasattr(rc, '_send') and hasattr(rc, '_query_stream')): raise missing('Client._send and Client._query_stream')
+    if not (hasattr(rc, '_send') and hasattr(rc, '_query_stream')):
+        raise missing('Client._send and Client._query_stream')
     try: fut = rc._send(rc._query_stream, 'queue_request', content=dict(targets=[], verbose=False))
     except Exception:  # the client is closed (zmq and tornado raise several kinds)
         log.debug("the controller was not asked: the client is closed", exc_info=True); return False
     try: fut.result(timeout); return True  # any answer (here an error: no engines named) says it is there
-    except (TimeoutError, concurrent.futures.TimeoutError): fut.cancel(); return False  # (two classes before Python 3.11; cancelled: the client forgets it)
+    # (two classes before Python 3.11; cancelled: the client forgets it)
+    except (TimeoutError, concurrent.futures.TimeoutError): fut.cancel(); return False
 
 def abandon_client(rc, # a Client whose controller is gone
                   ):

@@ -16,7 +16,8 @@ __all__ = ['tested_versions', 'min_versions', 'missing', 'check_versions', 'issu
            'issued_per_group']
 
 # %% ../nbs/00c_compat_torch.ipynb #f324a3c1
-tested_versions = dict(torch='2.13', accelerate='1.15', lightning='2.6')  # major.minor the tests of this module ran against
+# major.minor the tests of this module ran against
+tested_versions = dict(torch='2.13', accelerate='1.15', lightning='2.6')
 min_versions = dict(torch='2.1')  # the lower bound in settings.ini
 
 def missing(what:str, # the private API, e.g. "ProcessGroup._get_sequence_number_for_group"
@@ -58,13 +59,15 @@ def queue_autograd_callback(cb, # called with no arguments
                            ):
     "Run `cb` once the current backward pass ends (`Variable._execution_engine.queue_callback`, what DDP itself uses; tested with torch 2.13)"
     eng = getattr(torch.autograd.Variable, '_execution_engine', None)
-    if eng is None or not hasattr(eng, 'queue_callback'): raise missing('torch.autograd.Variable._execution_engine.queue_callback')
+    if eng is None or not hasattr(eng, 'queue_callback'):
+        raise missing('torch.autograd.Variable._execution_engine.queue_callback')
     eng.queue_callback(cb)
 
 # %% ../nbs/00c_compat_torch.ipynb #6f3d5fe1
 _LIGHTNING_CONNECTORS = ('lightning.fabric.connector', 'lightning.pytorch.trainer.connectors.accelerator_connector',
                          'lightning_fabric.connector', 'pytorch_lightning.trainer.connectors.accelerator_connector')
-_LIGHTNING_LAUNCHERS = ('lightning.fabric.strategies.launchers.multiprocessing', 'lightning_fabric.strategies.launchers.multiprocessing')
+_LIGHTNING_LAUNCHERS = ('lightning.fabric.strategies.launchers.multiprocessing',
+                        'lightning_fabric.strategies.launchers.multiprocessing')
 
 class _AfterImport:
     "A meta-path finder that calls `hooks[name](module)` right after module `name` is first imported (it wraps that module's loader)"
@@ -109,7 +112,8 @@ def guard_lightning_launchers(refuse, # called as refuse(strategy name, start me
     def guard(m):
         cls = getattr(m, '_MultiProcessingLauncher', None)
         if cls is None: return
-        if getattr(cls.launch, '_ddp_nb_guard', False): cls.launch.refuse = refuse  # guarded once; the latest `refuse` decides
+        # guarded once; the latest `refuse` decides
+        if getattr(cls.launch, '_ddp_nb_guard', False): cls.launch.refuse = refuse
         else: cls.launch = _guarded(cls.launch, refuse)
     return when_imported(_LIGHTNING_LAUNCHERS, guard)
 
@@ -125,7 +129,8 @@ def _guarded(launch, refuse):
     return guarded
 
 # %% ../nbs/00c_compat_torch.ipynb #b17fea1f
-def _is_group(v) -> bool: return issubclass(type(v), dist.ProcessGroup)  # (type(v), not isinstance: some objects warn when asked their class)
+def _is_group(v) -> bool:  # (type(v), not isinstance: some objects warn when asked their class)
+    return issubclass(type(v), dist.ProcessGroup)
 
 def _unpin(f) -> int:
     "Reset the defaults of function `f` that hold a ProcessGroup to None; how many"
@@ -166,7 +171,8 @@ check_versions()
 
 # %% ../nbs/00c_compat_torch.ipynb #92ddbc35
 def flight_recorder_dump(stacks:bool=True, # symbolize each entry's Python stack, holding the GIL (the first call in a process: ~1 s; then, with an engine's deep stacks, ~10 ms for 256 entries, ~0.7 s for 2000)
-                         collectives:bool=True, # False: only `pg_config` and `pg_status` (each group's last enqueued/completed sequence number), ~10 us
+                         # False: only `pg_config` and `pg_status` (each group's last enqueued/completed sequence number), ~10 us
+                         collectives:bool=True,
                         ) -> dict: # version, pg_config, pg_status, entries (a list of dicts)
     "The c10d flight recorders' records of this process: `_dump_fr_trace` (gloo), merged with `_dump_nccl_trace` where torch has NCCL (its own recorder; tested with torch 2.13 CPU and 2.11+cu130)"
     import pickle
@@ -175,7 +181,8 @@ def flight_recorder_dump(stacks:bool=True, # symbolize each entry's Python stack
     if f is None: raise missing('torch._C._distributed_c10d._dump_fr_trace')
     d = pickle.loads(f(includeCollectives=collectives, includeStackTraces=stacks))
     g = getattr(c, '_dump_nccl_trace', None)  # only in CUDA builds
-    if g is not None: merge_dump(d, pickle.loads(g(includeCollectives=collectives, includeStackTraces=stacks, onlyActive=False)))
+    if g is not None:
+        merge_dump(d, pickle.loads(g(includeCollectives=collectives, includeStackTraces=stacks, onlyActive=False)))
     return d
 
 def merge_dump(into:dict, # a flight-recorder dump, extended in place
@@ -190,5 +197,7 @@ def issued_per_group() -> dict: # group name -> collectives issued on it ({} wit
     "How many collectives this process issued on each of its process groups (`distributed_c10d._world.pg_map`, `ProcessGroup._get_sequence_number_for_group`; tested with torch 2.13)"
     w = getattr(dist.distributed_c10d, '_world', None)
     if w is None or not hasattr(w, 'pg_map'): raise missing('distributed_c10d._world.pg_map')
-    return {dist.distributed_c10d._get_process_group_name(pg) if hasattr(dist.distributed_c10d, '_get_process_group_name') else str(i):
-            pg._get_sequence_number_for_group() for i, pg in enumerate(list(w.pg_map)) if hasattr(pg, '_get_sequence_number_for_group')}
+    return {(dist.distributed_c10d._get_process_group_name(pg)
+             if hasattr(dist.distributed_c10d, '_get_process_group_name') else str(i)):
+            pg._get_sequence_number_for_group()
+            for i, pg in enumerate(list(w.pg_map)) if hasattr(pg, '_get_sequence_number_for_group')}

@@ -19,7 +19,8 @@ class RankContext:
         self.fixed_stores = {}  # (host, port, world size) -> a store on a port the user fixed, kept across re-forms
         self.reporter = None  # the `report.Reporter` sending this rank's metrics to the notebook
         self.vote_group = None  # (default group, the gloo group beside it for stop votes)
-        self.stop = dict(requested=False, active=False, eta=0.2)  # a cooperative stop: asked? inside a stop region? seconds it takes
+        # a cooperative stop: asked? inside a stop region? seconds it takes
+        self.stop = dict(requested=False, active=False, eta=0.2)
         self._hooks = dict(teardown=[], release=[])
 
     def on_teardown(self, fn):
@@ -57,8 +58,10 @@ def rank_info() -> RankInfo:
     import torch, torch.distributed as dist
     s = ctx.record
     if s is not None:
-        return RankInfo(s['rank'], s['local_rank'], s['world_size'], s['local_world_size'], torch.device(s['device']), s['backend'])
+        return RankInfo(s['rank'], s['local_rank'], s['world_size'], s['local_world_size'], torch.device(s['device']),
+                        s['backend'])
     lr = _env_int('LOCAL_RANK', 0)
-    dev = torch.device('cuda', lr) if torch.cuda.is_available() and lr < torch.cuda.device_count() else torch.device('cpu')
+    dev = (torch.device('cuda', lr) if torch.cuda.is_available() and lr < torch.cuda.device_count()
+           else torch.device('cpu'))
     be = dist.get_backend() if dist.is_initialized() else ('nccl' if dev.type == 'cuda' else 'gloo')
     return RankInfo(_env_int('RANK', 0), lr, _env_int('WORLD_SIZE', 1), _env_int('LOCAL_WORLD_SIZE', 1), dev, be)

@@ -23,9 +23,11 @@ def pick_backend(n_gpus:int, # GPUs visible to each engine
     "Process-group backend: `backend` checked against the machine, or nccl with GPUs and gloo without"
     if backend is None: return 'nccl' if n_gpus else 'gloo'
     if backend not in BACKENDS:
-        raise ValueError(f"Unknown backend {backend!r}: use one of {BACKENDS}, or None to pick nccl with GPUs and gloo without.")
+        raise ValueError(f"Unknown backend {backend!r}: use one of {BACKENDS}, or None to pick "
+                         f"nccl with GPUs and gloo without.")
     if backend == 'nccl' and not n_gpus:
-        raise ValueError("backend='nccl' needs CUDA GPUs, and none are visible here: use backend='gloo' (or None) for CPU engines.")
+        raise ValueError("backend='nccl' needs CUDA GPUs, and none are visible here: use "
+                         "backend='gloo' (or None) for CPU engines.")
     return backend
 
 # %% ../nbs/00_core.ipynb #dc055554
@@ -39,9 +41,10 @@ def engine_count(n:int|None, # engines asked for, or None for one per GPU
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
         raise ValueError(f"n={n!r}: a cluster needs at least 1 engine; pass n>=1, or n=None for one engine per GPU.")
     if backend == 'nccl' and n > n_gpus:
-        raise ValueError(f"n={n} engines with backend='nccl' but only {n_gpus} GPU(s) are visible: nccl needs one GPU per rank. "
-                         f"Use n<={n_gpus} (one rank per GPU), or backend='gloo' to run more ranks than GPUs: then the first "
-                         f"{n_gpus} local rank(s) use the GPUs and the others the CPU (fine for learning DDP, slow for training).")
+        raise ValueError(f"n={n} engines with backend='nccl' but only {n_gpus} GPU(s) are visible: nccl needs one GPU "
+                         f"per rank. Use n<={n_gpus} (one rank per GPU), or backend='gloo' to run more ranks than "
+                         f"GPUs: then the first {n_gpus} local rank(s) use the GPUs and the others the CPU (fine for "
+                         f"learning DDP, slow for training).")
     return n
 
 # %% ../nbs/00_core.ipynb #1d610ba4
@@ -73,12 +76,14 @@ def plan_ranks(engines:list[dict], # one dict per engine, with at least 'engine_
     if not engines: raise ValueError("No engines to plan ranks for: the cluster has no registered engines.")
     fixed = {k: v for k, v in (fixed or {}).items() if any(e['engine_id'] == k for e in engines)}
     free = sorted(set(range(len(engines))) - set(fixed.values()))
-    others = sorted((e for e in engines if e['engine_id'] not in fixed), key=lambda e: (e['host'] != first_host, e['host'], e['engine_id']))
+    others = sorted((e for e in engines if e['engine_id'] not in fixed),
+                    key=lambda e: (e['host'] != first_host, e['host'], e['engine_id']))
     rank_of = {**fixed, **{e['engine_id']: r for e, r in zip(others, free)}}
     by_rank = sorted(engines, key=lambda e: rank_of[e['engine_id']])
     hosts = list(dict.fromkeys(e['host'] for e in by_rank))  # in order of their first rank
     local = {h: [e for e in by_rank if e['host'] == h] for h in hosts}
-    return [{**e, 'rank': rank_of[e['engine_id']], 'local_rank': local[e['host']].index(e), 'group_rank': hosts.index(e['host']),
+    return [{**e, 'rank': rank_of[e['engine_id']], 'local_rank': local[e['host']].index(e),
+             'group_rank': hosts.index(e['host']),
              'world_size': len(engines), 'local_world_size': len(local[e['host']])} for e in by_rank]
 
 # %% ../nbs/00_core.ipynb #c4cbb503
@@ -89,8 +94,9 @@ def check_gpus(plan:list[dict], # output of `plan_ranks`, each with 'n_gpus' see
     if backend != 'nccl': return
     for p in plan:
         if p['n_gpus'] < p['local_world_size']:
-            raise RuntimeError(f"Host {p['host']} runs {p['local_world_size']} nccl ranks but its engines see {p['n_gpus']} GPU(s): "
-                               "nccl needs one GPU per rank. Start fewer engines there, or use backend='gloo'.")
+            raise RuntimeError(f"Host {p['host']} runs {p['local_world_size']} nccl ranks but its engines see "
+                               f"{p['n_gpus']} GPU(s): nccl needs one GPU per rank. Start fewer "
+                               f"engines there, or use backend='gloo'.")
 
 # %% ../nbs/00_core.ipynb #e55c1d5d
 def torchrun_env(p:dict, # one entry of `plan_ranks`
@@ -145,12 +151,15 @@ def master_address(p0:dict, # rank 0's plan entry, with 'host' and 'addrs'
     "Rank 0's address that other hosts reach: its address on `ifname`, else the one its route to the other hosts leaves from"
     if ifname:
         ips = p0.get('addrs', {}).get(ifname)
-        if not ips: raise ValueError(f"ifname={ifname!r}: rank 0's host {p0['host']} has no IPv4 address on it; its interfaces: "
-                                     f"{_ifaces(p0)}. Pass one of those, or ifname=None to use the interface that routes to the other hosts.")
+        if not ips:
+            raise ValueError(f"ifname={ifname!r}: rank 0's host {p0['host']} has no IPv4 address on it; its "
+                             f"interfaces: {_ifaces(p0)}. Pass one of those, or ifname=None to use the interface "
+                             f"that routes to the other hosts.")
         return ips[0]
     if _loopback(route):
-        raise RuntimeError(f"Rank 0's host {p0['host']} reaches the other hosts only through loopback ({route}), so they could "
-                           f"not reach its rendezvous store. Pass ifname= the interface of the network the hosts share ({_ifaces(p0)}).")
+        raise RuntimeError(f"Rank 0's host {p0['host']} reaches the other hosts only through loopback ({route}), so "
+                           f"they could not reach its rendezvous store. Pass ifname= the interface of the network "
+                           f"the hosts share ({_ifaces(p0)}).")
     return route
 
 def _ifaces(p): return ', '.join(f"{k} {'/'.join(v)}" for k, v in p.get('addrs', {}).items()) or 'none reported'
@@ -163,8 +172,8 @@ def check_ifname(plan:list[dict], # output of `plan_ranks`, with 'addrs'
     bad = {p['host']: p for p in plan if not p.get('addrs', {}).get(ifname)}
     if bad: raise ValueError(f"ifname={ifname!r} has no IPv4 address on host(s) {sorted(bad)} ("
                              + '; '.join(f"{h}: {_ifaces(p)}" for h, p in bad.items())
-                             + "). Give the interface the same name on every host, or pass ifname=None: each rank then uses "
-                               "the interface that routes to rank 0.")
+                             + "). Give the interface the same name on every host, or pass ifname=None: each rank then "
+                               "uses the interface that routes to rank 0.")
 
 # %% ../nbs/00_core.ipynb #5049d1b0
 def engines_per_host(hosts, # host names, or {host: engines}
@@ -181,7 +190,8 @@ def engines_per_host(hosts, # host names, or {host: engines}
         return dict(hosts)
     hosts = list(hosts or [])
     if not hosts: raise ValueError("No hosts given: pass hosts=['node1', 'node2'] (or {'node1': 4, 'node2': 4}).")
-    if len(set(hosts)) < len(hosts): raise ValueError(f"hosts={hosts!r} names a host twice: pass a dict {{host: engines}} instead.")
+    if len(set(hosts)) < len(hosts):
+        raise ValueError(f"hosts={hosts!r} names a host twice: pass a dict {{host: engines}} instead.")
     out = {}
     for h in hosts:
         try: out[h] = engine_count(n, (gpus or {}).get(h, 0), (cpus or {}).get(h, 2), backend)
@@ -193,9 +203,11 @@ def slurm_script(nodes:int, # nodes to run engines on
                  options:str='', # more #SBATCH lines or options, e.g. '--gpus-per-task=1 --partition=gpu'
                 ) -> str: # an ipyparallel batch template ({cluster_id} and {program_and_args} are filled in by ipyparallel)
     "The Slurm batch script for one job of `per_node` engines on each of `nodes` nodes"
-    extra = ''.join(f"#SBATCH {o}\n" for o in options.split()) if options and not options.lstrip().startswith('#') else (options.strip() + '\n' if options else '')
+    extra = (''.join(f"#SBATCH {o}\n" for o in options.split()) if options and not options.lstrip().startswith('#')
+             else (options.strip() + '\n' if options else ''))
     return ("#!/bin/sh\n#SBATCH --export=ALL\n#SBATCH --job-name=ipengine-{cluster_id}\n"
-            f"#SBATCH --nodes={nodes}\n#SBATCH --ntasks-per-node={per_node}\n" + extra.replace('{', '{{').replace('}', '}}') +
+            f"#SBATCH --nodes={nodes}\n#SBATCH --ntasks-per-node={per_node}\n"
+            + extra.replace('{', '{{').replace('}', '}}') +
             "srun {program_and_args}\n")
 
 def mpi_host_args(per_host:dict, # {host: engines}
@@ -271,7 +283,8 @@ class StepCounter:
                 ): # the step to record
         if step is None:
             try:
-                if epoch is not None and self.epoch is not None and epoch < self.epoch: self.last = -1  # epoch 0 after 2: a new run
+                # epoch 0 after 2: a new run
+                if epoch is not None and self.epoch is not None and epoch < self.epoch: self.last = -1
                 step = self.last + 1
             except Exception: step = None  # after report(step='x'): no step to count from; the reporter flags it
         if epoch is not None: self.epoch = epoch

@@ -23,7 +23,9 @@ def digits_data(split:str='train', # 'train' (first 1,500 images) or 'test' (the
                ) -> TensorDataset:
     "scikit-learn's digits as float tensors in [0, 1] and int64 labels"
     try: from sklearn.datasets import load_digits
-    except ImportError: raise ImportError("The digits example needs scikit-learn: pip install 'ddp_nb[demo]' (or scikit-learn).") from None
+    except ImportError:
+        raise ImportError("The digits example needs scikit-learn: pip install "
+                          "'ddp_nb[demo]' (or scikit-learn).") from None
     X, y = load_digits(return_X_y=True)
     X, y = torch.tensor(X / 16., dtype=torch.float32), torch.tensor(y, dtype=torch.int64)
     if split not in ('train', 'test'): raise ValueError(f"split={split!r}: use 'train' or 'test'.")
@@ -45,7 +47,8 @@ def make_loader(ds, # the whole dataset: every rank gets its own shard
                ) -> DataLoader:
     "A DataLoader over this rank's shard, through a seeded DistributedSampler (call `loader.sampler.set_epoch` each epoch)"
     ri = rank_info()
-    sampler = DistributedSampler(ds, num_replicas=ri.world_size, rank=ri.rank, shuffle=True, seed=seed, drop_last=drop_last)
+    sampler = DistributedSampler(ds, num_replicas=ri.world_size, rank=ri.rank, shuffle=True, seed=seed,
+                                 drop_last=drop_last)
     # num_workers=0: worker processes forked inside a threaded engine are fragile, and spawned workers cannot
     # unpickle classes defined in %%px cells; an in-memory dataset needs no workers anyway
     return DataLoader(ds, batch_size=batch_size, sampler=sampler, num_workers=0, pin_memory=ri.device.type == 'cuda')
@@ -143,7 +146,8 @@ def job_end():
 
 def job_result() -> dict:
     "Test accuracy and parameter digest of the kept job on this rank"
-    return dict(accuracy=accuracy(_job['model'], digits_data('test')), digest=param_digest(_job['model']), epochs=_job['epoch'])
+    return dict(accuracy=accuracy(_job['model'], digits_data('test')), digest=param_digest(_job['model']),
+                epochs=_job['epoch'])
 
 # %% ../nbs/01e_digits.ipynb #6117a070
 def torchrun_worker(epochs:int=5, lr:float=0.1, batch_size:int=32, seed:int=0,
@@ -156,7 +160,8 @@ def torchrun_worker(epochs:int=5, lr:float=0.1, batch_size:int=32, seed:int=0,
     if 'OMP_NUM_THREADS' in os.environ: torch.set_num_threads(int(os.environ['OMP_NUM_THREADS']))
     cuda = torch.cuda.is_available()
     if cuda: torch.cuda.set_device(int(os.environ.get('LOCAL_RANK', 0)))
-    from torch.distributed import nn as _  # before the group: imported later (DDP does) it pins the group, destroy can't end it,
+    # before the group: imported later (DDP does) it pins the group, destroy can't end it,
+    from torch.distributed import nn as _
     # and its gloo threads may free a tensor while Python exits: SIGABRT (see examples/train_digits.py)
     dist.init_process_group('nccl' if cuda else 'gloo', timeout=timedelta(seconds=timeout))
     try: r = train(epochs, lr, batch_size, seed)

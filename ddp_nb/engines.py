@@ -9,9 +9,11 @@ import psutil
 from .core import engine_count, engines_per_host, mpi_host_args, pick_backend, slurm_script
 from .host import local_cpus, local_gpus, local_ipv4, probe_host, route_source, _ssh_target
 from .processes import ENGINE_CMD, cluster_procs, kill_procs, watch_owner
-from .compat_ipp import controller_process, engine_exits, engine_launchers, engine_state_file, hub_answers, launcher_process, noninteractive, stop_sync_thread
+from .compat_ipp import (controller_process, engine_exits, engine_launchers, engine_state_file, hub_answers,
+                               launcher_process, noninteractive, stop_sync_thread)
 
-log = logging.getLogger('ddp_nb.engines')  # what is swallowed goes here, at DEBUG: logging.getLogger('ddp_nb').setLevel('DEBUG') shows it
+# what is swallowed goes here, at DEBUG: logging.getLogger('ddp_nb').setLevel('DEBUG') shows it
+log = logging.getLogger('ddp_nb.engines')
 
 # %% auto #0
 __all__ = ['log', 'ENGINE_MAIN', 'remote_count', 'controller_ip', 'ssh_hosts', 'remote_config', 'ipp_cluster',
@@ -27,23 +29,29 @@ def remote_count(engines, # the launcher's name
     if n is not None: engine_count(n, 0, 1, 'gloo')  # an int >= 1, or a clear error
     if engines == 'attached': return n
     if engines == 'ssh':
-        if not hosts: raise ValueError("engines='ssh' needs hosts=['node1', 'node2'] (or {'node1': 4, 'node2': 4}): the hosts ssh starts engines on.")
+        if not hosts:
+            raise ValueError("engines='ssh' needs hosts=['node1', 'node2'] (or {'node1': 4, 'node2': 4}): "
+                             "the hosts ssh starts engines on.")
         if isinstance(hosts, dict) or n: return sum(engines_per_host(hosts, n).values())
         engines_per_host(hosts, 1)  # names checked now; counts once the hosts told their GPUs
         return None
     if engines == 'slurm':
         nodes = 1 if hosts is None else hosts
         if not isinstance(nodes, int) or isinstance(nodes, bool) or nodes < 1:
-            raise ValueError(f"engines='slurm': hosts={hosts!r} is the number of nodes, an int >= 1 (Slurm picks the nodes).")
-        if n is None: raise ValueError("engines='slurm' cannot look at the nodes before the job runs: pass n= engines per node "
-                                       "(one per GPU you ask Slurm for).")
+            raise ValueError(f"engines='slurm': hosts={hosts!r} is the number of nodes, an "
+                             f"int >= 1 (Slurm picks the nodes).")
+        if n is None:
+            raise ValueError("engines='slurm' cannot look at the nodes before the job runs: pass n= engines per node "
+                             "(one per GPU you ask Slurm for).")
         return nodes * n
     if engines == 'mpi' and hosts is not None:
         if n is None and not isinstance(hosts, dict):
-            raise ValueError("engines='mpi' cannot look at the hosts before mpiexec runs: pass n= engines per host, or hosts={host: engines}.")
+            raise ValueError("engines='mpi' cannot look at the hosts before mpiexec runs: pass n= engines per "
+                             "host, or hosts={host: engines}.")
         return sum(engines_per_host(hosts, n).values())
-    if hosts is not None: raise ValueError(f"hosts= works with engines='ssh', 'slurm' or 'mpi'; with engines={engines!r} configure the hosts "
-                                           "in ipyparallel's launcher (config=) and pass n= the total.")
+    if hosts is not None:
+        raise ValueError(f"hosts= works with engines='ssh', 'slurm' or 'mpi'; with engines={engines!r} configure the "
+                         f"hosts in ipyparallel's launcher (config=) and pass n= the total.")
     if engines == 'mpi': return engine_count(n, local_gpus(), local_cpus(), 'gloo')  # mpiexec on this host only
     if n is None: raise ValueError(f"engines={engines!r}: pass n= the total number of engines.")
     return n
@@ -56,9 +64,10 @@ def controller_ip(engines, hosts, ifname:str|None, kw:dict) -> dict:
         srcs = {route_source(_ssh_target(h)[0].rpartition('@')[2]) for h in hosts} - {None}
         far = {s for s in srcs if not s.startswith('127.')}
         if len(far) == 1 or (srcs and not far and len(srcs) == 1): return dict(controller_ip=(far or srcs).pop())
-    raise ValueError(f"engines={engines!r} runs engines on other hosts, and they must reach this notebook's controller: pass controller_ip= "
-                     "this machine's address on the network the hosts share (or ifname= that interface). ddp_nb never makes the controller "
-                     "listen on every interface by itself (controller_ip='*' does that, on a private network only).")
+    raise ValueError(f"engines={engines!r} runs engines on other hosts, and they must reach this notebook's "
+                     f"controller: pass controller_ip= this machine's address on the network the hosts share (or "
+                     f"ifname= that interface). ddp_nb never makes the controller listen on every interface by itself "
+                     f"(controller_ip='*' does that, on a private network only).")
 
 def ssh_hosts(hosts, # host names, or {host: engines}
               per_host:int|None, # engines per host; None: one per GPU the host reports
@@ -71,7 +80,8 @@ def ssh_hosts(hosts, # host names, or {host: engines}
     sec = lambda name: config.get(name, {}) if hasattr(config, 'get') else {}
     ssh = list(sec('SSHEngineSetLauncher').get('ssh_cmd') or sec('SSHLauncher').get('ssh_cmd') or ['ssh'])
     ssh += list(sec('SSHEngineSetLauncher').get('ssh_args') or sec('SSHLauncher').get('ssh_args') or [])
-    with ThreadPoolExecutor(min(16, len(hosts))) as ex: found = dict(zip(hosts, ex.map(lambda h: probe_host(h, ssh), hosts)))
+    with ThreadPoolExecutor(min(16, len(hosts))) as ex:
+        found = dict(zip(hosts, ex.map(lambda h: probe_host(h, ssh), hosts)))
     gpus = {h: g for h, (g, _) in found.items()}
     backend = backend or pick_backend(min(gpus.values()))
     return engines_per_host(hosts, None, gpus, {h: c for h, (_, c) in found.items()}, backend), backend
@@ -81,7 +91,8 @@ ENGINE_MAIN = ENGINE_CMD[-1]  # what `python -c` runs to start an engine (for la
 
 class _AlreadyRemoved(logging.Filter):
     "Drop ipyparallel's 'Failed to remove <log file>: No such file' at stop (two of its stop paths remove the same file)"
-    def filter(self, rec): return not (rec.getMessage().startswith('Failed to remove') and 'No such file' in rec.getMessage())
+    def filter(self, rec):
+        return not (rec.getMessage().startswith('Failed to remove') and 'No such file' in rec.getMessage())
 
 def remote_config(cfg, # the ipyparallel Config, changed in place
                   engines, # the launcher: 'ssh', 'slurm', 'mpi', another name, or a launcher class
@@ -96,7 +107,8 @@ def remote_config(cfg, # the ipyparallel Config, changed in place
     if env: sec.environment = {**env, **sec.get('environment', {})}
     if engines == 'ssh':
         sec.engines = per_host
-        py = sec.get('remote_python') or cfg.SSHLauncher.get('remote_python') or sys.executable  # same path there (a shared venv)
+        # same path there (a shared venv)
+        py = sec.get('remote_python') or cfg.SSHLauncher.get('remote_python') or sys.executable
         sec.remote_python = py
         if 'engine_cmd' not in sec: sec.engine_cmd = [py, '-c', ENGINE_MAIN]
         return
@@ -119,14 +131,17 @@ def ipp_cluster(n:int, # engines to start
     import ipyparallel as ipp
     from traitlets.config import Config
     kw = dict(ipp_kwargs)
-    args = [f'--HeartMonitor.period={heartbeat_ms}', '--HeartMonitor.max_heartmonitor_misses=50'] + list(kw.pop('controller_args', []))
+    args = ([f'--HeartMonitor.period={heartbeat_ms}', '--HeartMonitor.max_heartmonitor_misses=50']
+            + list(kw.pop('controller_args', [])))
     kw.setdefault('log_level', logging.ERROR)
     kw.setdefault('delay', 0)
-    kw.setdefault('shutdown_atexit', False)  # the DDPCluster's Finalize stops it at exit (also in pool workers, where atexit doesn't run)
+    # the DDPCluster's Finalize stops it at exit (also in pool workers, where atexit doesn't run)
+    kw.setdefault('shutdown_atexit', False)
     cfg = kw['config'] = watch_owner(Config(kw.get('config') or {}), engines == 'local', persistent)
     cfg.LocalEngineLauncher.poll_seconds = 1  # how an engine died reaches us within a second (see `watch_exits`)
     if engines != 'local': remote_config(cfg, engines, hosts, per_host, env or {})
-    c = ipp.Cluster(n=n, cluster_id=cluster_id, engines=engines, controller_args=args, engine_timeout=int(start_timeout), **kw)
+    c = ipp.Cluster(n=n, cluster_id=cluster_id, engines=engines, controller_args=args,
+                    engine_timeout=int(start_timeout), **kw)
     c.log.addFilter(_AlreadyRemoved())
     return c
 
@@ -139,7 +154,8 @@ def await_registration(rc, # a connected Client
     "Wait until `n` engines registered (failing at once if an engine set stops), with a progress bar in a notebook"
     fut = rc.wait_for_engines(n, timeout=timeout, block=False, interactive=False)
     pb = None
-    if bar and _in_ipython() and not noninteractive():  # engines start in parallel: a count and the time, no per-engine rate
+    # engines start in parallel: a count and the time, no per-engine rate
+    if bar and _in_ipython() and not noninteractive():
         from tqdm.auto import tqdm
         pb = tqdm(total=n, desc='Engines registered', bar_format='{desc}: {n}/{total} {bar} {elapsed}', leave=False)
     try:
@@ -147,7 +163,8 @@ def await_registration(rc, # a connected Client
             if pb is not None: pb.update(min(n, len(rc.ids)) - pb.n)
             time.sleep(0.05)
         fut.result()
-        if pb is not None: pb.update(n - pb.n)  # all registered: a full bar (a closed bar short of its total stays, red)
+        # all registered: a full bar (a closed bar short of its total stays, red)
+        if pb is not None: pb.update(n - pb.n)
     finally:
         if pb is not None: pb.close()
 
@@ -156,8 +173,9 @@ def wait_for_engines(rc, n:int|None, wait:float):
     deadline = time.monotonic() + wait
     while len(rc.ids) < (n or 1):
         if time.monotonic() > deadline:
-            raise RuntimeError(f"Only {len(rc.ids)} engine(s) registered within {wait:g}s, {n or 1} expected: start them "
-                               "(`ipengine --file=ipcontroller-engine.json`, or your Slurm job), or pass a smaller n=.")
+            raise RuntimeError(f"Only {len(rc.ids)} engine(s) registered within {wait:g}s, {n or 1} expected: start "
+                               f"them (`ipengine --file=ipcontroller-engine.json`, or your "
+                               f"Slurm job), or pass a smaller n=.")
         time.sleep(0.1)
 
 def start_more(ipp_cluster, rc, # the cluster and its client
@@ -169,7 +187,8 @@ def start_more(ipp_cluster, rc, # the cluster and its client
     ipp_cluster.start_engines_sync(n=k)
     deadline = time.monotonic() + timeout  # (rc.wait_for_engines fails if an old engine set's end is reported)
     while len(set(rc.ids) - old) < k:
-        if time.monotonic() > deadline: raise RuntimeError(f"restart: the new engines did not register within {timeout:g}s.")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"restart: the new engines did not register within {timeout:g}s.")
         time.sleep(0.05)
     return sorted(set(rc.ids) - old)
 
@@ -180,7 +199,8 @@ def connect_existing(url_file:str|None=None, # the controller's client connectio
     import ipyparallel as ipp
     if url_file is not None: return None, ipp.Client(url_file=url_file)
     try:
-        c = ipp.Cluster.from_file(profile=profile, profile_dir=profile_dir, cluster_id=cluster_id or '', log_level=logging.ERROR)
+        c = ipp.Cluster.from_file(profile=profile, profile_dir=profile_dir, cluster_id=cluster_id or '',
+                                  log_level=logging.ERROR)
         return c, c.connect_client_sync()
     except FileNotFoundError:  # a controller started without ipcluster: its connection file is enough
         return None, ipp.Client(profile=profile, profile_dir=profile_dir, cluster_id=cluster_id or None)
@@ -212,9 +232,12 @@ def stop_ipp(cluster, # the ipyparallel Cluster (None: only what `rc` can reach)
     import os
     t = threading.Thread(target=_polite_stop, args=(cluster, rc), daemon=True, name='ddp_nb-stop')
     t.start(); t.join(patience)  # a stopped or GIL-stuck engine never answers shutdown: don't wait for it forever
-    if cluster_id: kill_procs(cluster_procs(cluster_id), grace=0.5)  # mostly the nannies, which take ~1.5 s to honour SIGTERM
-    stop_sync_thread(cluster)  # in a Jupyter kernel: the thread and loop ipyparallel's *_sync calls ran in (1 thread, 3 fds a cluster)
-    for f in (getattr(cluster, 'cluster_file', None), engine_state_file(cluster)):  # (the controller never removes the second)
+    # mostly the nannies, which take ~1.5 s to honour SIGTERM
+    if cluster_id: kill_procs(cluster_procs(cluster_id), grace=0.5)
+    # in a Jupyter kernel: the thread and loop ipyparallel's *_sync calls ran in (1 thread, 3 fds a cluster)
+    stop_sync_thread(cluster)
+    # (the controller never removes the second)
+    for f in (getattr(cluster, 'cluster_file', None), engine_state_file(cluster)):
         try: os.remove(f)
         except (OSError, TypeError): pass
 
@@ -239,7 +262,8 @@ class _RecordingProcess(psutil.Process):
     "A psutil.Process whose `wait` also records the exit status for `death_cause`"
     def wait(self, timeout=None):
         code = super().wait(timeout)
-        if code is None: return _exits.get(self.pid)  # another wait reaped it first (psutil says None then): keep what that one saw
+        # another wait reaped it first (psutil says None then): keep what that one saw
+        if code is None: return _exits.get(self.pid)
         _exits[self.pid] = code
         return code
 
@@ -249,7 +273,8 @@ def watch_exits(cluster, # an ipyparallel Cluster whose engines run
     for l in engine_launchers(cluster):
         proc = launcher_process(l)
         if isinstance(proc, psutil.Process):
-            if not isinstance(proc, _RecordingProcess): proc.__class__ = _RecordingProcess  # the very object its launcher's thread waits on
+            # the very object its launcher's thread waits on
+            if not isinstance(proc, _RecordingProcess): proc.__class__ = _RecordingProcess
             _watched[proc.pid] = proc
 
 def exit_code(cluster, # the ipyparallel Cluster that started the engine
@@ -257,12 +282,14 @@ def exit_code(cluster, # the ipyparallel Cluster that started the engine
              ) -> int|None: # its exit status; None if unknown
     "Exit status of the local engine process `pid`"
     if pid in _exits: return _exits[pid]
-    if pid in (ended := engine_exits(cluster)): return ended[pid]  # its launcher is gone once ipyparallel handled the end (between cells)
+    # its launcher is gone once ipyparallel handled the end (between cells)
+    if pid in (ended := engine_exits(cluster)): return ended[pid]
     l = next((l for l in engine_launchers(cluster) if getattr(l, 'pid', None) == pid), None)
     code = (getattr(l, 'stop_data', None) or {}).get('exit_code')
     proc = _watched.get(pid) or (launcher_process(l) if l is not None else None)
     if code is None and proc is not None:
-        try: code = proc.wait(0.5)  # (psutil keeps the status of a process it reaped: the launcher's thread waits on this object)
+        # (psutil keeps the status of a process it reaped: the launcher's thread waits on this object)
+        try: code = proc.wait(0.5)
         except (psutil.Error, OSError): pass  # still running, or another process's child: no status
     return code
 

@@ -34,7 +34,8 @@ def to_jsonl(history, # `cl.history`, its records, or a DataFrame
             ) -> str: # the path
     "Write the records as JSON Lines (one object per run, rank and step; NaN as null)"
     with open(path, 'w') as f:
-        for r in history_records(history, run): f.write(json.dumps({k: _clean(v) for k, v in r.items()}, allow_nan=False) + '\n')
+        for r in history_records(history, run):
+            f.write(json.dumps({k: _clean(v) for k, v in r.items()}, allow_nan=False) + '\n')
     return str(path)
 
 # %% ../nbs/02i_export.ipynb #32d39af5
@@ -47,7 +48,8 @@ def rank_means(recs:list) -> list:
         for k, v in r.items():
             if k not in ('run', 'rank', 'step', 'time') and isinstance(v, (int, float)) and math.isfinite(v):
                 a['vals'].setdefault(k, []).append(v)
-    return [dict(run=run, rank='mean', step=step, time=a['time'], **{k: sum(vs) / len(vs) for k, vs in a['vals'].items()})
+    return [dict(run=run, rank='mean', step=step, time=a['time'],
+                 **{k: sum(vs) / len(vs) for k, vs in a['vals'].items()})
             for (run, step), a in sorted(acc.items())]
 
 # %% ../nbs/02i_export.ipynb #456b3578
@@ -70,7 +72,9 @@ def to_tensorboard(history, # `cl.history`, its records, or a DataFrame
             w = EventFileWriter(str(folder))
             for r in sorted(rows, key=lambda r: r['step']):
                 vals = [Summary.Value(tag=tb_tag(k), simple_value=float(v)) for k, v in r.items()
-                        if k not in ('run', 'rank', 'step', 'time') and isinstance(v, (int, float)) and math.isfinite(v)]
-                if vals: w.add_event(Event(wall_time=r.get('time', 0.), step=int(r['step']), summary=Summary(value=vals)))
+                        if k not in ('run', 'rank', 'step', 'time') and isinstance(v, (int, float))
+                        and math.isfinite(v)]
+                if vals:
+                    w.add_event(Event(wall_time=r.get('time', 0.), step=int(r['step']), summary=Summary(value=vals)))
             w.close(); out.append(str(folder))
     return out

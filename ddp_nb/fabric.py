@@ -15,13 +15,15 @@ def _refuse(strategy:str, start_method:str, processes):
     "Before Lightning starts processes: refuse inside a rank that is already one of the processes of a group"
     if not dist.is_initialized(): return
     raise RuntimeError(
-        f"This Fabric strategy ({strategy}, start method {start_method!r}) would start {processes} new processes inside this rank, "
-        f"which already is one of {dist.get_world_size()} processes in a process group. Use Fabric(strategy='ddp', devices=world_size) "
-        f"on the ranks: the ranks are the processes, and Fabric then uses the cluster's process group.")
+        f"This Fabric strategy ({strategy}, start method {start_method!r}) would start {processes} new processes "
+        f"inside this rank, which already is one of {dist.get_world_size()} processes in a process group. Use "
+        f"Fabric(strategy='ddp', devices=world_size) on the ranks: the ranks are the processes, and Fabric then "
+        f"uses the cluster's process group.")
 
 def fabric_ready() -> bool: # False when Lightning is not installed
     "On this rank: let Lightning treat it as a process started from outside (it is), and refuse strategies that start processes"
-    if importlib.util.find_spec('lightning') is None and importlib.util.find_spec('lightning_fabric') is None: return False
+    if importlib.util.find_spec('lightning') is None and importlib.util.find_spec('lightning_fabric') is None:
+        return False
     lightning_not_interactive()
     guard_lightning_launchers(_refuse)
     return True

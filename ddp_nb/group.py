@@ -25,7 +25,8 @@ def controller_addr(rc) -> str|None:
 def route_from_rank0(rs:RankSet, timeout:float) -> str|None:
     "The address rank 0 uses to reach the first rank on another host (None if no other host told its address)"
     plan = rs.plan
-    far = [p['addr'] for p in plan if p['host'] != plan[0]['host'] and p.get('addr') and not p['addr'].startswith('127.')]
+    far = [p['addr'] for p in plan if p['host'] != plan[0]['host'] and p.get('addr')
+           and not p['addr'].startswith('127.')]
     if not far: return None
     return rs.call(route_source, far[0], ranks=[0], what="Finding rank 0's address", timeout=timeout)[0]
 
@@ -36,8 +37,10 @@ def plan_group(rs:RankSet, # the ranks; `rs.plan` is replaced
                timeout:float=120, # seconds for the engines to answer
               ) -> list: # the new plan
     "Ask the engines for their facts and give each a rank, grouped by host (rank 0 on this notebook's host when it runs engines)"
-    if ids is None and rs.plan:  # re-forming (reform, after a script): the same engines keep their ranks, spares stay out
-        ids, fixed = [p['engine_id'] for p in rs.plan], {p['engine_id']: p['rank'] for p in rs.plan} if fixed is None else fixed
+    # re-forming (reform, after a script): the same engines keep their ranks, spares stay out
+    if ids is None and rs.plan:
+        ids, fixed = ([p['engine_id'] for p in rs.plan],
+                      {p['engine_id']: p['rank'] for p in rs.plan} if fixed is None else fixed)
     ids = sorted(rs.rc.ids if ids is None else ids)
     infos = rs.call_engines(ids, rank.engine_info, controller_addr(rs.rc), what='Reading engine facts', timeout=timeout)
     engines = label_hosts([dict(engine_id=i, **infos[i]) for i in ids], first_key=rs.me)
@@ -60,8 +63,11 @@ def form_group(rs:RankSet, # the ranks, planned (`plan_group`)
     loop = single_host(plan)
     if not loop: check_ifname(plan, ifname)
     addr = '127.0.0.1' if loop else master_address(plan[0], None if ifname else route_from_rank0(rs, timeout), ifname)
-    port = rs.call(rank.open_store, addr, len(plan), timeout, port, ranks=[0], what='Opening the rendezvous store', timeout=timeout)[0]
-    def args(p): return (p, torchrun_env(p, addr, port), threads or threads_per_rank(p['n_cpus'], p['local_world_size']), backend, loop, ifname)
+    port = rs.call(rank.open_store, addr, len(plan), timeout, port, ranks=[0], what='Opening the rendezvous store',
+                   timeout=timeout)[0]
+    def args(p):
+        return (p, torchrun_env(p, addr, port), threads or threads_per_rank(p['n_cpus'], p['local_world_size']),
+                backend, loop, ifname)
     rs.call_each(rank.setup_rank, {p['rank']: args(p) for p in plan}, what='Setting up ranks', timeout=timeout)
     prefix = secrets.token_hex(4) + '/'  # this group's keys in the store (a fixed port's store serves every re-form)
     rs.call(rank.init_group, addr, port, timeout, prefix, what='Forming the process group', timeout=timeout + 10)
@@ -96,20 +102,26 @@ def network(rs:RankSet, # the ranks
     try: nets = rs.call(rank.net_info, what='Reading interfaces', timeout=5)
     except RuntimeError: nets = {}  # busy ranks: their interfaces are not asked
     ctl = controller_addr(rs.rc)
-    rows = [dict(what='ipyparallel controller (several ports; engines and this notebook connect)', host=here if ctl in mine else ctl, address=ctl),
-            dict(what='rendezvous store, rank 0 (every rank connects)', host=plan[0]['host'], address=f"{master_addr}:{master_port}")]
+    rows = [dict(what='ipyparallel controller (several ports; engines and this notebook connect)',
+                 host=here if ctl in mine else ctl, address=ctl),
+            dict(what='rendezvous store, rank 0 (every rank connects)', host=plan[0]['host'],
+                 address=f"{master_addr}:{master_port}")]
     for h in dict.fromkeys(p['host'] for p in plan):
         p = next(q for q in plan if q['host'] == h)
         ifn = nets.get(p['rank'], {}).get('GLOO_SOCKET_IFNAME')
         addr = '/'.join(p.get('addrs', {}).get(ifn, [])) if ifn else ''
-        rows.append(dict(what=f"{backend} between ranks (random ports)", host=h, address=f"{ifn or 'not set'} {addr}".strip()))
+        rows.append(dict(what=f"{backend} between ranks (random ports)", host=h,
+                         address=f"{ifn or 'not set'} {addr}".strip()))
     if collector is not None:
-        rows.append(dict(what='dashboard collector (every rank connects)', host=here, address=collector.addr.replace('tcp://', '')))
+        rows.append(dict(what='dashboard collector (every rank connects)', host=here,
+                         address=collector.addr.replace('tcp://', '')))
     return rows
 
 def release(rs:RankSet, timeout:float=5):
     "Let go of an attached cluster's engines: their process group, store and reporter end; the engines stay for the next attach"
-    try: rs.call(rank.release, what='Releasing the ranks', ranks=[p['rank'] for p in rs.plan if p['engine_id'] in rs.rc.ids], timeout=timeout)
+    try:
+        rs.call(rank.release, what='Releasing the ranks',
+                ranks=[p['rank'] for p in rs.plan if p['engine_id'] in rs.rc.ids], timeout=timeout)
     except Exception: pass  # a dead or stuck rank: nothing to release there
     try: rs.rc.close()
     except Exception: pass

@@ -24,7 +24,8 @@ def init(comm=None, # Horovod's MPI communicator: not supported (None)
         ):
     "Join the default process group: the cluster's in a %%px cell, else one formed from torchrun's environment (or a world of one)"
     if comm is not None or process_sets is not None:
-        raise NotImplementedError("ddp_nb.horovod supports the global process set only: call hvd.init() without comm= or process_sets=.")
+        raise NotImplementedError("ddp_nb.horovod supports the global process set only: call hvd.init() "
+                                  "without comm= or process_sets=.")
     from ddp_nb.batch import join_group
     join_group()
 
@@ -78,10 +79,13 @@ def _op(op, average=None):
         if op is not None: raise ValueError("hvd: give op= or average=, not both.")
         op = Average if average else Sum
     op = op or Average
-    if op == Adasum: raise NotImplementedError("ddp_nb.horovod has no Adasum: use op=hvd.Average (DDP's semantics) or hvd.Sum.")
+    if op == Adasum:
+        raise NotImplementedError("ddp_nb.horovod has no Adasum: use op=hvd.Average (DDP's semantics) or hvd.Sum.")
     d = _dist()
-    ops = {Average: d.ReduceOp.SUM, Sum: d.ReduceOp.SUM, Min: d.ReduceOp.MIN, Max: d.ReduceOp.MAX, Product: d.ReduceOp.PRODUCT}
-    if op not in ops: raise ValueError(f"hvd: unknown op {op!r}: use hvd.Average, hvd.Sum, hvd.Min, hvd.Max or hvd.Product.")
+    ops = {Average: d.ReduceOp.SUM, Sum: d.ReduceOp.SUM, Min: d.ReduceOp.MIN, Max: d.ReduceOp.MAX,
+           Product: d.ReduceOp.PRODUCT}
+    if op not in ops:
+        raise ValueError(f"hvd: unknown op {op!r}: use hvd.Average, hvd.Sum, hvd.Min, hvd.Max or hvd.Product.")
     return op, ops[op]
 
 def _scale(t, factor:float):
@@ -94,7 +98,8 @@ def _check_set(process_set):
     if process_set is not None and process_set is not global_process_set:
         raise NotImplementedError("ddp_nb.horovod supports the global process set only.")
 
-def allreduce_(tensor, average=None, name=None, op=None, prescale_factor:float=1.0, postscale_factor:float=1.0, process_set=None):
+def allreduce_(tensor, average=None, name=None, op=None, prescale_factor:float=1.0, postscale_factor:float=1.0,
+               process_set=None):
     "Reduce `tensor` over all ranks, in place; Average: the sum, scaled by postscale_factor / size"
     _check_set(process_set)
     op, rop = _op(op, average)
@@ -104,19 +109,23 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor:float=1
     _scale(tensor.data, postscale_factor)
     return tensor
 
-def allreduce(tensor, average=None, name=None, compression=None, op=None, prescale_factor:float=1.0, postscale_factor:float=1.0, process_set=None):
+def allreduce(tensor, average=None, name=None, compression=None, op=None, prescale_factor:float=1.0,
+              postscale_factor:float=1.0, process_set=None):
     "Reduce a copy of `tensor` over all ranks (Horovod's default op: Average); `compression` as in Horovod (Compression.fp16)"
     compression = compression or Compression.none
     t, ctx = compression.compress(tensor.detach().clone())
     return compression.decompress(allreduce_(t, average, name, op, prescale_factor, postscale_factor, process_set), ctx)
 
-def grouped_allreduce_(tensors:list, average=None, name=None, op=None, prescale_factor:float=1.0, postscale_factor:float=1.0, process_set=None):
+def grouped_allreduce_(tensors:list, average=None, name=None, op=None, prescale_factor:float=1.0,
+                       postscale_factor:float=1.0, process_set=None):
     "`allreduce_` of every tensor in the list"
     return [allreduce_(t, average, name, op, prescale_factor, postscale_factor, process_set) for t in tensors]
 
-def grouped_allreduce(tensors:list, average=None, name=None, compression=None, op=None, prescale_factor:float=1.0, postscale_factor:float=1.0, process_set=None):
+def grouped_allreduce(tensors:list, average=None, name=None, compression=None, op=None, prescale_factor:float=1.0,
+                      postscale_factor:float=1.0, process_set=None):
     "`allreduce` of every tensor in the list"
-    return [allreduce(t, average, name, compression, op, prescale_factor, postscale_factor, process_set) for t in tensors]
+    return [allreduce(t, average, name, compression, op, prescale_factor, postscale_factor, process_set)
+            for t in tensors]
 
 # %% ../nbs/01i_horovod.ipynb #91377166
 def allreduce_async_(tensor, *args, **kw): "allreduce_, done; a handle for `synchronize`"; return allreduce_(tensor, *args, **kw)
@@ -158,7 +167,8 @@ def broadcast(tensor, root_rank:int, name=None, process_set=None):
     "A copy of `root_rank`'s `tensor`"
     return broadcast_(tensor.detach().clone(), root_rank, name, process_set)
 
-def broadcast_async_(tensor, root_rank:int, name=None, process_set=None): return broadcast_(tensor, root_rank, name, process_set)
+def broadcast_async_(tensor, root_rank:int, name=None, process_set=None):
+    return broadcast_(tensor, root_rank, name, process_set)
 
 def broadcast_object(obj, root_rank:int=0, name=None, process_set=None):
     "`root_rank`'s picklable `obj` on every rank"
@@ -174,7 +184,8 @@ def alltoall(tensor, splits=None, name=None, process_set=None):
     d, n = _dist(), size()
     t = tensor.detach().contiguous()
     if splits is None:
-        if t.shape[0] % n: raise ValueError(f"hvd.alltoall: {t.shape[0]} rows do not split evenly over {n} ranks: pass splits=.")
+        if t.shape[0] % n:
+            raise ValueError(f"hvd.alltoall: {t.shape[0]} rows do not split evenly over {n} ranks: pass splits=.")
         splits = [t.shape[0] // n] * n
     splits = [int(s) for s in splits]
     recv = torch.empty(n, dtype=torch.int64)
@@ -249,15 +260,18 @@ def broadcast_optimizer_state(optimizer, root_rank:int=0, model=None):
     import torch
     if isinstance(optimizer, torch.optim.LBFGS): raise ValueError('cannot broadcast torch.optim.LBFGS state')
     state_dict = optimizer.state_dict()
-    sparse = {id(p) for m in (model.modules() if model else ()) if isinstance(m, torch.nn.Embedding) and m.sparse for p in m.parameters()}
+    sparse = {id(p) for m in (model.modules() if model else ()) if isinstance(m, torch.nn.Embedding) and m.sparse
+              for p in m.parameters()}
     if len(state_dict['state']) == 0:  # no state yet: make it with a step on zero gradients, as Horovod does
         for group in optimizer.param_groups:
             for p in group['params']:
                 if p.requires_grad and id(p) not in state_dict['state']:
                     p.grad = p.data.new(p.size()).zero_()
-                    if isinstance(optimizer, torch.optim.SparseAdam) or (isinstance(optimizer, torch.optim.SGD) and id(p) in sparse):
+                    if (isinstance(optimizer, torch.optim.SparseAdam)
+                        or (isinstance(optimizer, torch.optim.SGD) and id(p) in sparse)):
                         p.grad = p.grad.to_sparse()
-        if isinstance(optimizer, _DistributedOptimizer): super(_DistributedOptimizer, optimizer).step()  # no all-reduce of the zeros
+        # no all-reduce of the zeros
+        if isinstance(optimizer, _DistributedOptimizer): super(_DistributedOptimizer, optimizer).step()
         else: optimizer.step()
         state_dict = optimizer.state_dict()
     if len(state_dict['state']) == 0: return
@@ -286,16 +300,21 @@ def broadcast_optimizer_state(optimizer, root_rank:int=0, model=None):
 # %% ../nbs/01i_horovod.ipynb #f03ded03
 class _DistributedOptimizer:
     "The methods a wrapped optimizer gets (mixed in before the optimizer's own class)"
-    def _hvd_setup(self, named_parameters, compression, backward_passes_per_step, op, gradient_predivide_factor, sparse_as_dense):
+    def _hvd_setup(self, named_parameters, compression, backward_passes_per_step, op, gradient_predivide_factor,
+                   sparse_as_dense):
         params = [p for g in self.param_groups for p in g['params']]
         if named_parameters is not None:
             named = list(named_parameters)
             if any(not isinstance(p, tuple) for p in named):
-                raise ValueError('named_parameters should be a sequence of tuples (name, parameter), usually produced by model.named_parameters().')
+                raise ValueError('named_parameters should be a sequence of tuples (name, parameter), usually '
+                                 'produced by model.named_parameters().')
             dups = [k for k, n in collections.Counter(k for k, _ in named).items() if n > 1]
-            if dups: raise ValueError(f"Parameter names in named_parameters must be unique. Found duplicates: {', '.join(dups)}")
+            if dups:
+                raise ValueError(f"Parameter names in named_parameters must be unique. "
+                                 f"Found duplicates: {', '.join(dups)}")
             unnamed = {id(p) for p in params} - {id(p) for _, p in named}
-            if unnamed: raise ValueError("named_parameters was specified, but one or more model parameters were not named.")
+            if unnamed:
+                raise ValueError("named_parameters was specified, but one or more model parameters were not named.")
         self._compression, self.op, self.gradient_predivide_factor = compression, op, gradient_predivide_factor
         self.backward_passes_per_step, self.sparse_as_dense = backward_passes_per_step, sparse_as_dense
         self._synchronized, self._should_synchronize = False, True
@@ -311,9 +330,12 @@ class _DistributedOptimizer:
             for p in ps:
                 if p.grad is None: p.grad = p.data.new(p.size()).zero_()
                 elif p.grad.is_sparse:
-                    if not self.sparse_as_dense: raise NotImplementedError("ddp_nb.horovod all-reduces dense gradients: pass sparse_as_dense=True.")
+                    if not self.sparse_as_dense:
+                        raise NotImplementedError("ddp_nb.horovod all-reduces dense "
+                                                  "gradients: pass sparse_as_dense=True.")
                     p.grad = p.grad.to_dense()
-            pre, post = ((1.0 / self.gradient_predivide_factor, self.gradient_predivide_factor) if self.op == Average else (1.0, 1.0))
+            pre, post = ((1.0 / self.gradient_predivide_factor, self.gradient_predivide_factor) if self.op == Average
+                         else (1.0, 1.0))
             buckets = {}
             for p in ps:
                 t, ctx = self._compression.compress(p.grad)
@@ -336,8 +358,8 @@ class _DistributedOptimizer:
         "All-reduce the gradients (unless already done), then the optimizer's own step"
         if self._should_synchronize:
             if self._synchronized:
-                warnings.warn("optimizer.step() called without optimizer.skip_synchronize() context after optimizer.synchronize(). "
-                              "This can cause training slowdown.")
+                warnings.warn("optimizer.step() called without optimizer.skip_synchronize() context after "
+                              "optimizer.synchronize(). This can cause training slowdown.")
             self.synchronize()
         self._synchronized = False
         return super().step(closure)
@@ -348,20 +370,24 @@ def DistributedOptimizer(optimizer, # the optimizer to wrap
                          backward_passes_per_step:int=1, # backward passes summed locally before each step
                          op=Average, # Average or Sum
                          gradient_predivide_factor:float=1.0, # averaging split: 1/f before the sum, f/size after
-                         num_groups:int=0, groups=None, # Horovod's fusion groups: accepted, one buffer per dtype is used
+                         # Horovod's fusion groups: accepted, one buffer per dtype is used
+                         num_groups:int=0, groups=None,
                          sparse_as_dense:bool=False, # sparse gradients all-reduced as dense ones
                          process_set=None, # the global process set only
                         ):
     "`optimizer`, wrapped so that `step()` first averages the gradients over all ranks (Horovod's semantics)"
     import torch
     _check_set(process_set)
-    if gradient_predivide_factor != 1.0 and op != Average: raise ValueError('gradient_predivide_factor not supported with op != Average')
+    if gradient_predivide_factor != 1.0 and op != Average:
+        raise ValueError('gradient_predivide_factor not supported with op != Average')
     if backward_passes_per_step <= 0: raise ValueError("backward_passes_per_step must be > 0")
     if op == Adasum: raise NotImplementedError("ddp_nb.horovod has no Adasum: use op=hvd.Average.")
-    if isinstance(optimizer, _DistributedOptimizer): raise ValueError("This optimizer is a DistributedOptimizer already: wrap the plain one once.")
+    if isinstance(optimizer, _DistributedOptimizer):
+        raise ValueError("This optimizer is a DistributedOptimizer already: wrap the plain one once.")
     cls = type(optimizer.__class__.__name__, (_DistributedOptimizer, optimizer.__class__), {})
     opt = cls(optimizer.param_groups)
-    opt._hvd_setup(named_parameters, compression or Compression.none, backward_passes_per_step, op, gradient_predivide_factor, sparse_as_dense)
+    opt._hvd_setup(named_parameters, compression or Compression.none, backward_passes_per_step, op,
+                   gradient_predivide_factor, sparse_as_dense)
     return opt
 
 def SyncBatchNorm(*args, **kw):

@@ -76,12 +76,15 @@ def probe_host(host:str, # 'name', 'user@name' or 'user@name:port', as ipyparall
               ) -> tuple: # (GPUs, cores) on that host
     "GPUs and cores of another host, read over ssh with a shell one-liner (no Python needed there)"
     target, port = _ssh_target(host)
-    cmd = list(ssh or ['ssh']) + (['-p', port] if port else []) + [target, 'ls /proc/driver/nvidia/gpus 2>/dev/null | wc -l; nproc']
+    cmd = (list(ssh or ['ssh']) + (['-p', port] if port else [])
+           + [target, 'ls /proc/driver/nvidia/gpus 2>/dev/null | wc -l; nproc'])
     try: r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired: r = None
     if r is None or r.returncode or len(r.stdout.split()) < 2:
-        why = f'no answer within {timeout:g}s' if r is None else f"exit status {r.returncode}: {(r.stderr or r.stdout).strip()[-300:]}"
-        raise RuntimeError(f"Could not count the GPUs of host {host} over ssh ({why}). Check that `{shlex.join(cmd[:-1])} true` works "
+        why = (f'no answer within {timeout:g}s' if r is None
+               else f"exit status {r.returncode}: {(r.stderr or r.stdout).strip()[-300:]}")
+        raise RuntimeError(f"Could not count the GPUs of host {host} over ssh ({why}). Check that "
+                           f"`{shlex.join(cmd[:-1])} true` works "
                            "without a password prompt, or pass n= engines per host (or hosts={host: engines}).")
     gpus, cpus = map(int, r.stdout.split()[-2:])
     return gpus, cpus

@@ -18,7 +18,8 @@ __all__ = ['ScriptError', 'script_failure', 'follow_script', 'run_script']
 def _follow(ars:dict, # rank -> AsyncResult of `run_rank`
             timeout:float|None, # seconds to wait for all ranks; None: no limit
             out:RankOutput|None=None, # shows the ranks' output as it comes (None: a new one)
-            on_stall=None, # called when some ranks have been done for `grace` seconds and others still run, then every `grace` s
+            # called when some ranks have been done for `grace` seconds and others still run, then every `grace` s
+            on_stall=None,
             grace:float=3., # seconds
            ) -> list[int]: # ranks still running at the deadline
     "Wait for every rank, showing their output as it comes"
@@ -47,9 +48,11 @@ def script_failure(name:str, # the script's name, for the message
     if not bad: return None
     first = bad[0]
     lines = [f"{name} failed on rank(s) {sorted(r['rank'] for r in bad)} "
-             f"(exit code{'s' if len(bad) > 1 else ''} {', '.join(str(r['exit_code']) for r in sorted(bad, key=lambda r: r['rank']))}); "
+             f"(exit code{'s' if len(bad) > 1 else ''} "
+             f"{', '.join(str(r['exit_code']) for r in sorted(bad, key=lambda r: r['rank']))}); "
              f"rank {first['rank']} failed first:", (first['error'] or '').rstrip()]
-    lines += [f"rank {r['rank']} after it: " + ((r['error'] or '').strip().splitlines() or [f"exit code {r['exit_code']}"])[-1]
+    lines += [f"rank {r['rank']} after it: "
+              + ((r['error'] or '').strip().splitlines() or [f"exit code {r['exit_code']}"])[-1]
               for r in bad[1:]]
     return '\n'.join(lines)
 
@@ -111,21 +114,29 @@ def run_script(rs:RankSet, # the ranks of a running cluster
                reform=None, # called after the script to form the cluster's own group again
               ) -> list[dict]: # per rank: rank, exit_code, seconds, stdout, stderr, error
     "Run an unchanged torchrun script on every rank (fresh rendezvous, torchrun's environment), then give the cluster its group back"
-    path, args, name = _script_path(path), [os.fspath(a) if isinstance(a, os.PathLike) else str(a) for a in args], os.path.basename(path)
-    if timeout is not None and timeout <= 0: raise ValueError(f"timeout={timeout!r}: pass a positive number of seconds, or None.")
+    path, args, name = (_script_path(path), [os.fspath(a) if isinstance(a, os.PathLike) else str(a) for a in args],
+                        os.path.basename(path))
+    if timeout is not None and timeout <= 0:
+        raise ValueError(f"timeout={timeout!r}: pass a positive number of seconds, or None.")
     teardown(rs, timeout=group_timeout)
-    port = rs.call(rank.open_store, master_addr, len(rs), group_timeout, ranks=[0], what='Opening the rendezvous store', timeout=group_timeout)[0]
+    port = rs.call(rank.open_store, master_addr, len(rs), group_timeout, ranks=[0], what='Opening the rendezvous store',
+                   timeout=group_timeout)[0]
     record_outputs(rs.rc)  # every output message of the script, in order (its \r progress bars too)
     envs = scripts.script_envs(rs.plan, master_addr, port, run_id or secrets.token_hex(3))
     ars = rs.call_each_async(scripts.run_rank, {p['rank']: (path, args, e, os.getcwd()) for p, e in zip(rs.plan, envs)})
     busy, stopped = follow_script(rs, ars, envs, timeout, backend, group_timeout)
     if busy:
-        raise RuntimeError(f"{name} {stopped}: rank(s) {busy} did not stop within {group_timeout:g}s of SIGINT (probably blocked "
-                           "in a collective). The cluster has no process group until they return: call cl.reform() then, or cl.stop().")
+        raise RuntimeError(f"{name} {stopped}: rank(s) {busy} did not stop within {group_timeout:g}s of SIGINT "
+                           f"(probably blocked in a collective). The cluster has no process group until they return: "
+                           f"call cl.reform() then, or cl.stop().")
     results = [dict(ar.get() if ar.successful() else _run_failed(ar, r), stdout=ar['stdout'], stderr=ar['stderr'])
                for r, ar in sorted(ars.items())]
     if reform is not None: reform()  # the cluster's own group, on a fresh port
     msg = script_failure(name, results)
-    if stopped: raise ScriptError(f"{name} {stopped}; the cluster's process group is formed again." + (f"\n{msg}" if msg else ''), results)
-    if msg: raise ScriptError(msg + "\nThe cluster's process group is formed again; the ranks' namespaces are intact.", results)
+    if stopped:
+        raise ScriptError(f"{name} {stopped}; the cluster's process group is formed again."
+                          + (f"\n{msg}" if msg else ''), results)
+    if msg:
+        raise ScriptError(msg
+                          + "\nThe cluster's process group is formed again; the ranks' namespaces are intact.", results)
     return results

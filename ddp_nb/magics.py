@@ -23,13 +23,15 @@ def px_magics(shell, # the IPython shell
     from ipyparallel.client.magics import ParallelMagics
 
     class SupervisedMagics(ParallelMagics):
-        def parallel_execute(self, cell, block=None, groupby='type', save_name=None, stream_output=None, progress_after=None, **kw):
+        def parallel_execute(self, cell, block=None, groupby='type', save_name=None, stream_output=None,
+                             progress_after=None, **kw):
             block = self.view.block if block is None else block
             if not block:  # the background watcher supervises it (see `Supervisor.watched`)
                 ar = sup.last_ar = super().parallel_execute(cell, block=False, groupby=groupby, save_name=save_name)
                 sup.watch(ar); return ar
             stream = self.stream_output if stream_output is None else stream_output
-            live_after = HOLD if stream else None  # output as it arrives, from 0.1 s on (ipyparallel's progress_after: 2 s)
+            # output as it arrives, from 0.1 s on (ipyparallel's progress_after: 2 s)
+            live_after = HOLD if stream else None
             ar = out = None
             shown = []
             def last_output():  # every line of the ranks, once, before the error or the line saying how they stopped
@@ -39,7 +41,8 @@ def px_magics(shell, # the IPython shell
                 out = RankOutput(ar, sup.rs.rank_of_engine(), live_after)
                 sup.supervise(ar, tick=out.show)
             except KeyboardInterrupt:  # the stop button, whenever it lands (even while the cell is being sent)
-                old = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second press must not abandon the clean-up halfway
+                # a second press must not abandon the clean-up halfway
+                old = signal.signal(signal.SIGINT, signal.SIG_IGN)
                 try:
                     if out is not None: out.show()
                     did = interrupt(ar=ar, before=last_output)  # prints the line that says where the ranks stopped
@@ -54,7 +57,8 @@ def stop_error(ar, # the cell's task (None: the stop came before it was sent)
     "What a %%px cell raises once the stop button stopped it: the line `interrupt` printed (marked shown), or what happened if it printed none"
     said = getattr(getattr(ar, '_ddp_watch', None), 'interrupted', None)
     if said: return Interrupted(*said, shown=True)
-    if did and all(v == 'gone' for v in did.values()): return Interrupted('the cluster was stopped outside this notebook', shown=True)
+    if did and all(v == 'gone' for v in did.values()):
+        return Interrupted('the cluster was stopped outside this notebook', shown=True)
     if ar is None: return Interrupted('stopped before the cell was sent to the ranks: it did not run', calm=True)
     return Interrupted('the stop came as the cell ended: every rank had finished it', calm=True)
 
@@ -67,7 +71,8 @@ def quiet_interrupts(shell, # an IPython InteractiveShell (the notebook's kernel
     def handler(sh, etype, value, tb, tb_offset=None):
         if not isinstance(value, Interrupted): return before(etype, value, tb, tb_offset=tb_offset)
         if not value.shown: print(value, file=sys.stdout if value.calm else sys.stderr, flush=True)
-        sh._last_traceback = [str(value)]  # what ipykernel's execute_reply carries (nbclient quotes it), instead of an older error's
+        # what ipykernel's execute_reply carries (nbclient quotes it), instead of an older error's
+        sh._last_traceback = [str(value)]
         return []
     shell.set_custom_exc(others + (Interrupted,), handler)
 
@@ -90,15 +95,18 @@ def activate(owner, # the DDPCluster whose magics these are
     ip = _ipython()
     if ip is None: return
     quiet_interrupts(ip)
-    old = ip.magics_manager.registry.get('SupervisedMagics')  # (a restart makes new magics: %pxresult still finds the last task)
+    # (a restart makes new magics: %pxresult still finds the last task)
+    old = ip.magics_manager.registry.get('SupervisedMagics')
     magics = px_magics(ip, view, sup, interrupt)
     if old is not None and _active[0] is owner: magics.last_result = getattr(old, 'last_result', None)
-    forget_magics(ip, lambda m: type(m).__name__ == 'SupervisedMagics')  # the shell keeps every one, and with it its cluster
+    # the shell keeps every one, and with it its cluster
+    forget_magics(ip, lambda m: type(m).__name__ == 'SupervisedMagics')
     ip.magics_manager.register(magics)
     def rank(line, cell):
         "%%rank RANKS [px flags]: run the cell on the ranks RANKS ('0', '0,2', '1:', 'all')"
         spec, flags = rank_magic_args(line)  # ranks may contain spaces
-        return ip.run_cell_magic('px', f"--targets [{','.join(map(str, sup.rs.engine_ids(spec or 'all')))}] {flags}", cell)
+        return ip.run_cell_magic('px',
+                                 f"--targets [{','.join(map(str, sup.rs.engine_ids(spec or 'all')))}] {flags}", cell)
     ip.register_magic_function(rank, 'cell', 'rank')
     _active[0] = owner
 
@@ -111,13 +119,15 @@ def deactivate(owner, # the DDPCluster that was stopped
     if ip is None or _active[0] is not owner: return
     def gone(line='', cell=None):
         if why: raise ClusterGone(why)
-        raise RuntimeError(f"The DDPCluster behind %px/%rank ({cluster_id}) was stopped: start a new one with cl.start().")
+        raise RuntimeError(f"The DDPCluster behind %px/%rank ({cluster_id}) was stopped: "
+                           f"start a new one with cl.start().")
     for name in ('px', 'rank'): ip.register_magic_function(gone, 'line_cell', name)
     _active[0] = None
 
 # %% ../nbs/02d_magics.ipynb #bbcb040c
 def _no_cluster_yet(line='', cell=None):
-    raise RuntimeError("No DDPCluster is running: start one first, e.g. `cl = DDPCluster().start()`; %%px and %%rank then run on its ranks.")
+    raise RuntimeError("No DDPCluster is running: start one first, e.g. `cl = DDPCluster().start()`; %%px "
+                       "and %%rank then run on its ranks.")
 
 def _placeholder_magics():
     "Register %px/%%px and %%rank placeholders that explain, unless a cluster's magics are already there"

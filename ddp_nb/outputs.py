@@ -13,7 +13,8 @@ __all__ = ['HOLD', 'REDRAW', 'LIVE_AFTER', 'carriage', 'Lines', 'rank_lines', 'S
 # %% ../nbs/02k_outputs.ipynb #eee4bfbf
 HOLD = 0.1  # seconds a cell's output waits at its start, so that a short cell's output comes in rank order
 REDRAW = 0.1  # seconds between two redraws of something shown in place (a progress bar, a frame)
-LIVE_AFTER = 0.5  # seconds an unfinished line without '\r' waits before it is shown in place (growing, as in a terminal)
+# seconds an unfinished line without '\r' waits before it is shown in place (growing, as in a terminal)
+LIVE_AFTER = 0.5
 
 def carriage(line:str, # the terminal line so far
              col:int, # the cursor's column in it
@@ -134,7 +135,8 @@ class Frame:
         if len(datas) == 1 and len(items) == 1: return datas[0]
         text = ''.join(rank_lines(v, rank) if k == 'text' else v['data'].get('text/plain', '') + '\n' for k, v in items)
         if not datas: return {'text/plain': text.rstrip('\n')}
-        body = ''.join(f"<pre>{html.escape(rank_lines(v, rank))}</pre>" if k == 'text' else _html(v['data']) for k, v in items)
+        body = ''.join(f"<pre>{html.escape(rank_lines(v, rank))}</pre>" if k == 'text' else _html(v['data'])
+                       for k, v in items)
         return {'text/plain': f"[rank {rank}]\n" + text.rstrip('\n'), 'text/html': f"<pre>[rank {rank}]</pre>" + body}
 
 # %% ../nbs/02k_outputs.ipynb #6e7ed275
@@ -144,7 +146,8 @@ class RankView:
                  tag:str, # unique per cell: names the displays this view makes
                 ):
         self.rank, self.screen, self.tag = rank, screen, tag
-        self.streams, self.bars, self.frame, self.result = {}, {}, None, None  # bars: stream name -> [display id, text, time drawn]
+        # bars: stream name -> [display id, text, time drawn]
+        self.streams, self.bars, self.frame, self.result = {}, {}, None, None
         self.pending, self.updates, self.n = [], {}, 0  # lines to write [(stream, text)]; display id -> latest update
 
     def kid(self, did:str) -> str:
@@ -254,11 +257,13 @@ class RankOutput:
                 if ar.ready(): ar.wait_for_output(10)  # results can come before the output sent ahead of them
         for f, v in self.views:
             q = task_events(f)
-            if q is None and final: _replay(f, v)  # sent before its client recorded (`compat_ipp.record_outputs`): at the end only
+            # sent before its client recorded (`compat_ipp.record_outputs`): at the end only
+            if q is None and final: _replay(f, v)
             while q: v.take(*q.popleft())
             v.look(final)
         if not final: return
         for f, v in self.views:
             res = v.result
             if res and 'text/plain' in res.get('data', {}):
-                self.screen.show({**res['data'], 'text/plain': f"[rank {v.rank}] Out: {res['data']['text/plain']}"}, res.get('metadata'))
+                self.screen.show({**res['data'], 'text/plain': f"[rank {v.rank}] Out: {res['data']['text/plain']}"},
+                                 res.get('metadata'))

@@ -47,7 +47,9 @@ def _cell_names(frame, most:int=20) -> list:
     "The variables a cell's code reads or assigns, in the order they first appear (a cell's frame has no locals of its own: its namespace is the whole notebook's); modules, classes and functions left out"
     import ast, types
     src = ''.join(linecache.getlines(frame.f_code.co_filename, frame.f_globals))
-    try: names = [n.id for n in sorted((n for n in ast.walk(ast.parse(src)) if isinstance(n, ast.Name)), key=lambda n: (n.lineno, n.col_offset))]
+    try:
+        names = [n.id for n in sorted((n for n in ast.walk(ast.parse(src)) if isinstance(n, ast.Name)),
+                                      key=lambda n: (n.lineno, n.col_offset))]
     except (SyntaxError, ValueError): names = list(frame.f_code.co_names)  # no source: the names its code uses
     skip = (types.ModuleType, type, types.FunctionType, types.BuiltinFunctionType, types.MethodType)
     ns = frame.f_locals
@@ -76,9 +78,12 @@ def eval_in_frame(expr:str, # a Python expression
     "Rank side: evaluate `expr` in a frame of the last uncaught error, with that frame's locals and globals"
     tb = _last_traceback()
     fs = _frames(tb) if tb is not None else []
-    if not fs: raise LookupError("No error to inspect on this rank: its last cell did not raise (or the error was cleared).")
+    if not fs:
+        raise LookupError("No error to inspect on this rank: its last cell did not raise (or the error was cleared).")
     try: f, _ = fs[frame]
-    except IndexError: raise IndexError(f"frame={frame}: this error has {len(fs)} frames (0..{len(fs) - 1}, or -1 for the innermost).") from None
+    except IndexError:
+        raise IndexError(f"frame={frame}: this error has {len(fs)} frames "
+                         f"(0..{len(fs) - 1}, or -1 for the innermost).") from None
     v = eval(expr, f.f_globals, dict(f.f_locals))
     return v if value else repr(v)
 
@@ -122,6 +127,7 @@ class PostMortem:
 
     def __repr__(self):
         rows = [f"rank {self.rank}: {self.error}"]
-        rows += [f"{'>' if i == self.i else ' '} {i}: {f['where']} in {f['function']}: {f['line']}" for i, f in enumerate(self.frames)]
+        rows += [f"{'>' if i == self.i else ' '} {i}: {f['where']} in {f['function']}: {f['line']}"
+                 for i, f in enumerate(self.frames)]
         rows += [f"    {k} = {v}" for k, v in self.locals.items()]
         return '\n'.join(rows)

@@ -45,7 +45,8 @@ def wait_for_exit(token:str, # the process to wait for, as `owner_token` names i
     try: fd = os.pidfd_open(int(token.partition(':')[0])) if pidfd else None
     except (AttributeError, OSError, ValueError): fd = None  # no pidfd here, or the process is gone already
     try:
-        # checked after the pidfd is open: if the owner still runs now, the pidfd is the owner's and not a later process's
+        # checked after the pidfd is open: if the owner still runs now, the pidfd is the owner's and not a later
+        # process's
         if fd is not None and owner_alive(token): select.select([fd], [], [])  # readable once the process has exited
         while owner_alive(token): time.sleep(poll)
     finally:
@@ -61,7 +62,8 @@ def cluster_processes(cluster_id:str|None=None, # one cluster's id; None: every 
         try: env, t = p.environ(), p.create_time()
         except (psutil.Error, OSError): continue  # gone, a zombie, or another user's
         cid = env.get('IPP_CLUSTER_ID')
-        if cid and (cid == cluster_id if cluster_id else cluster_owner(cid) is not None): out.setdefault(cid, []).append((p, env, t))
+        if cid and (cid == cluster_id if cluster_id else cluster_owner(cid) is not None):
+            out.setdefault(cid, []).append((p, env, t))
     return out
 
 def cluster_members(cluster_id:str, # IPP_CLUSTER_ID of the cluster
@@ -95,7 +97,8 @@ def cluster_files(cluster_id:str, # IPP_CLUSTER_ID of the cluster
     "The files ipyparallel keeps for a running cluster in its profile's security folder"
     if not profile_dir: return []
     sec = Path(profile_dir)/'security'
-    return sorted(f for f in [sec/f'cluster-{cluster_id}.json', *sec.glob(f'ipcontroller-{cluster_id}-*.json')] if f.exists())
+    return sorted(f for f in [sec/f'cluster-{cluster_id}.json', *sec.glob(f'ipcontroller-{cluster_id}-*.json')]
+                  if f.exists())
 
 def end_cluster(cluster_id:str, # IPP_CLUSTER_ID of the cluster
                 profile_dir:str|None=None, # its profile dir, to remove the cluster's files from
@@ -113,8 +116,9 @@ def end_cluster(cluster_id:str, # IPP_CLUSTER_ID of the cluster
 
 # %% ../nbs/00d_processes.ipynb #096876fe
 def _refuse(d, why):
-    raise PermissionError(f"ddp_nb will not keep the ranks' files (stack dumps, collective records) in {d}: {why}. Other users "
-                          f"could read or redirect them there. Remove it if it is yours and stale, or set TMPDIR to a private folder.")
+    raise PermissionError(f"ddp_nb will not keep the ranks' files (stack dumps, collective records) in {d}: {why}. "
+                          f"Other users could read or redirect them there. Remove it if it is yours and stale, or "
+                          f"set TMPDIR to a private folder.")
 
 def rank_dir(tmpdir:str|None=None, # the host's temporary folder; None: `tempfile.gettempdir()`
              create:bool=True, # make it when missing; False: None when missing
@@ -199,7 +203,8 @@ def stale_files(tmpdir:str|None=None, # the host's temporary folder; None: `temp
     for d in _rank_dirs(tmpdir):
         for f in sorted(os.listdir(d)):
             m = RANK_FILE.fullmatch(f)
-            if m and m[1] not in live and not pid_alive(cluster_owner(m[1]) or 0) and _mine(os.path.join(d, f)): out.append(os.path.join(d, f))
+            if m and m[1] not in live and not pid_alive(cluster_owner(m[1]) or 0) and _mine(os.path.join(d, f)):
+                out.append(os.path.join(d, f))
     return out
 
 def sweep_stale_files(tmpdir:str|None=None, # the host's temporary folder; None: `tempfile.gettempdir()`
@@ -214,7 +219,8 @@ def sweep_stale_files(tmpdir:str|None=None, # the host's temporary folder; None:
 # %% ../nbs/00d_processes.ipynb #59ca3877
 def _watch(token, cluster_id, profile_dir, leave):
     wait_for_exit(token)
-    print(f"ddp_nb: the owner of cluster {cluster_id} ({token}) is gone: ending the cluster", file=sys.__stderr__, flush=True)
+    print(f"ddp_nb: the owner of cluster {cluster_id} ({token}) is gone: ending the cluster",
+          file=sys.__stderr__, flush=True)
     try: end_cluster(cluster_id, profile_dir)
     finally: leave(0)
 
@@ -225,7 +231,8 @@ def start_owner_watch(env:dict|None=None, # environment to read the owner and cl
     env = os.environ if env is None else env
     token, cid = env.get(OWNER_ENV), env.get('IPP_CLUSTER_ID')
     if not token or not cid: return None  # persistent, or not started by a DDPCluster
-    t = threading.Thread(target=_watch, args=(token, cid, env.get('IPP_PROFILE_DIR'), leave), daemon=True, name='ddp_nb-owner-watch')
+    t = threading.Thread(target=_watch, args=(token, cid, env.get('IPP_PROFILE_DIR'), leave), daemon=True,
+                         name='ddp_nb-owner-watch')
     t.start()
     return t
 
@@ -239,8 +246,10 @@ def engine_main():
     "Run an ipyparallel engine that dies with its owner, importing torch in a background thread meanwhile"
     from ipyparallel.engine.app import main as ipp_engine_main
     start_owner_watch()
-    os.environ.setdefault('TORCH_FR_BUFFER_SIZE', '256')  # the flight recorder's ring (ddp_nb.collectives): 256 writes in ~10 ms, 2000 in ~0.7 s
-    os.environ.setdefault('TORCH_NCCL_TRACE_BUFFER_SIZE', os.environ['TORCH_FR_BUFFER_SIZE'])  # NCCL's recorder, in torch versions that read the older name
+    # the flight recorder's ring (ddp_nb.collectives): 256 writes in ~10 ms, 2000 in ~0.7 s
+    os.environ.setdefault('TORCH_FR_BUFFER_SIZE', '256')
+    # NCCL's recorder, in torch versions that read the older name
+    os.environ.setdefault('TORCH_NCCL_TRACE_BUFFER_SIZE', os.environ['TORCH_FR_BUFFER_SIZE'])
     threading.Thread(target=_warm_import, daemon=True, name='ddp_nb-warm-import').start()
     ipp_engine_main()
 
@@ -262,5 +271,6 @@ def watch_owner(cfg, # an ipyparallel `traitlets.config.Config`, changed in plac
     for lc in [cfg.LocalControllerLauncher] + ([cfg.LocalEngineSetLauncher] if local_engines else []):
         lc.environment = {**owner, **lc.get('environment', {})}
     if 'controller_cmd' not in cfg.LocalControllerLauncher: cfg.LocalControllerLauncher.controller_cmd = CONTROLLER_CMD
-    if local_engines and 'engine_cmd' not in cfg.LocalEngineSetLauncher: cfg.LocalEngineSetLauncher.engine_cmd = ENGINE_CMD
+    if local_engines and 'engine_cmd' not in cfg.LocalEngineSetLauncher:
+        cfg.LocalEngineSetLauncher.engine_cmd = ENGINE_CMD
     return cfg

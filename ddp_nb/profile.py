@@ -87,10 +87,13 @@ def clock_offset(trace:dict, # this rank's trace
                  marks_ns:list, # the wall-clock ns of its marker events, in order (from the sidecar)
                 ) -> tuple: # (µs to add to the trace's ts to get wall-clock µs, spread of the markers in µs)
     "Offset from the profiler's clock to wall-clock time, from the marker events"
-    ts = sorted(e['ts'] for e in trace['traceEvents'] if e.get('name') == MARK and e.get('ph') == 'X' and not on_gpu(e))[-len(marks_ns):]
+    ts = sorted(e['ts'] for e in trace['traceEvents'] if e.get('name') == MARK and e.get('ph') == 'X'
+                and not on_gpu(e))[-len(marks_ns):]
     if len(ts) < len(marks_ns):
         base = trace.get('baseTimeNanoseconds')
-        if base is None: raise ValueError("The trace has no ddp_nb clock markers and no baseTimeNanoseconds: profile it with profile_steps.")
+        if base is None:
+            raise ValueError("The trace has no ddp_nb clock markers and no baseTimeNanoseconds: "
+                             "profile it with profile_steps.")
         return base / 1e3, math.nan
     offs = [w / 1e3 - t for w, t in zip(marks_ns, ts)]
     return statistics.fmean(offs), max(offs) - min(offs)
@@ -125,22 +128,27 @@ def merge_traces(paths:dict, # {rank: trace path}, each written by `profile_step
         tr, side = load_trace(p), json.loads(Path(str(p) + '.ddp_nb.json').read_text())
         off, err = clock_offset(tr, side['marks_ns'])
         ranks[rank] = (tr, side, off, err)
-    t0 = min(min(e['ts'] for e in tr['traceEvents'] if e.get('ph') == 'X' and e.get('cat') != 'Trace') + off for tr, _, off, _ in ranks.values())
+    t0 = min(min(e['ts'] for e in tr['traceEvents'] if e.get('ph') == 'X' and e.get('cat') != 'Trace') + off
+             for tr, _, off, _ in ranks.values())
     events = []
     for rank, (tr, side, off, err) in ranks.items():
         events += [dict(ph='M', name='process_name', pid=rank, tid=0, args=dict(name=f"rank {rank}")),
                    dict(ph='M', name='process_sort_index', pid=rank, tid=0, args=dict(sort_index=rank)),
-                   dict(ph='M', name='process_labels', pid=rank, tid=0, args=dict(labels=f"{side['host']} pid {side['pid']}"))]
+                   dict(ph='M', name='process_labels', pid=rank, tid=0,
+                        args=dict(labels=f"{side['host']} pid {side['pid']}"))]
         events += _rank_events(tr, rank, off - t0)
     merged = dict(traceEvents=events, displayTimeUnit='ms',
-                  ddp_nb=dict(t0_wall_us=t0, ranks={str(r): dict(host=s['host'], pid=s['pid'], steps=s['steps'], offset_us=o, clock_error_us=e)
-                                                    for r, (_, s, o, e) in ranks.items()}))
+                  ddp_nb=dict(t0_wall_us=t0,
+                              ranks={str(r): dict(host=s['host'], pid=s['pid'], steps=s['steps'], offset_us=o,
+                                                  clock_error_us=e)
+                                     for r, (_, s, o, e) in ranks.items()}))
     if out is not None: Path(out).write_text(json.dumps(merged))
     return merged
 
 # %% ../nbs/00g_profile.ipynb #24cb0de9
 COMM = re.compile(r'allreduce|all_reduce|gloo|c10d|nccl|broadcast|all_?gather|reduce_scatter|barrier', re.I)
-WORK = ('cpu_op', 'kernel', 'gpu_memcpy', 'gpu_memset')  # ops that compute; user annotations (DDP.forward, Optimizer.step) may wrap waits
+# ops that compute; user annotations (DDP.forward, Optimizer.step) may wrap waits
+WORK = ('cpu_op', 'kernel', 'gpu_memcpy', 'gpu_memset')
 
 def _union(iv:list) -> list:
     "Sorted, merged intervals"
@@ -192,10 +200,13 @@ def rank_summary(evs:list, # one rank's events (from a merged trace)
              (min(e['ts'] for e in xs), max(e['ts'] + e['dur'] for e in xs))
     ops = [e for e in xs if not e['name'].startswith((STEP, MARK, 'ProfilerStep'))]
     comm = _union(_clip([[e['ts'], e['ts'] + e['dur']] for e in ops if COMM.search(e['name'])], lo, hi))
-    comp = _union(_clip([[e['ts'], e['ts'] + e['dur']] for e in ops if e.get('cat') in WORK and not COMM.search(e['name'])], lo, hi))
-    bwd = _union(_clip([[e['ts'], e['ts'] + e['dur']] for e in ops if 'evaluate_function' in e['name'] or 'Backward' in e['name']], lo, hi))
+    comp = _union(_clip([[e['ts'], e['ts'] + e['dur']] for e in ops if e.get('cat') in WORK
+                         and not COMM.search(e['name'])], lo, hi))
+    bwd = _union(_clip([[e['ts'], e['ts'] + e['dur']] for e in ops if 'evaluate_function' in e['name']
+                        or 'Backward' in e['name']], lo, hi))
     n, span, busy = max(1, len(steps)), hi - lo, _length(_union(comm + comp))
-    st = sorted(_self_times([e for e in ops if lo <= e['ts'] <= hi and (e.get('cat') in WORK or COMM.search(e['name']))]).items(),
+    st = sorted(_self_times([e for e in ops if lo <= e['ts'] <= hi
+                             and (e.get('cat') in WORK or COMM.search(e['name']))]).items(),
                 key=lambda kv: -kv[1])[:top]
     ms = lambda us: us / n / 1e3
     return dict(steps=len(steps), step=ms(span), compute=ms(_length(comp)), comm=ms(_length(comm)),
@@ -225,16 +236,18 @@ def profile_verdict(summary:dict, # from `summarize`
     if work[slow] - base < min_ms or work[slow] < base * (1 + min_excess): return None
     oth = lambda k: statistics.median(summary[r][k] for r in others)
     cause = max(('idle', 'compute'), key=lambda k: summary[slow][k] - oth(k))
-    what = dict(idle='idle time (no torch op running: data loading, sleeps, Python outside torch)', compute='compute')[cause]
-    return (f"rank {slow} is the straggler: its {what} is {summary[slow][cause]:.1f} ms/step vs {oth(cause):.1f} on the others; "
-            f"the other ranks wait for it in communication ({oth('exposed_comm'):.1f} ms/step exposed)")
+    what = dict(idle='idle time (no torch op running: data loading, sleeps, Python outside torch)',
+                compute='compute')[cause]
+    return (f"rank {slow} is the straggler: its {what} is {summary[slow][cause]:.1f} ms/step vs {oth(cause):.1f} on "
+            f"the others; the other ranks wait for it in communication ({oth('exposed_comm'):.1f} ms/step exposed)")
 
 def summary_table(summary:dict, # from `summarize`
                  ) -> str: # markdown
     "The per-rank summary as a markdown table"
-    head = '| rank | step ms | compute | comm (exposed) | idle | comm ∩ backward | top ops by self time (ms/step) |\n|---|---|---|---|---|---|---|'
-    rows = [f"| {r} | {s['step']:.1f} | {s['compute']:.1f} | {s['comm']:.1f} ({s['exposed_comm']:.1f}) | {s['idle']:.1f} | "
-            f"{'–' if math.isnan(s['overlap']) else format(s['overlap'], '.0%')} | "
+    head = ('| rank | step ms | compute | comm (exposed) | idle | comm ∩ backward | top ops by self time (ms/step) |'
+            '\n|---|---|---|---|---|---|---|')
+    rows = [f"| {r} | {s['step']:.1f} | {s['compute']:.1f} | {s['comm']:.1f} ({s['exposed_comm']:.1f}) | "
+            f"{s['idle']:.1f} | {'–' if math.isnan(s['overlap']) else format(s['overlap'], '.0%')} | "
             + ', '.join(f"{k} {v:.2f}" for k, v in s['top'][:3]) + ' |' for r, s in summary.items()]
     return '\n'.join([head] + rows)
 
@@ -259,8 +272,11 @@ def timeline(trace:dict, # a merged trace
     for y, r in enumerate(ranks):
         ops = [e for e in by[r] if not e['name'].startswith((STEP, MARK, 'ProfilerStep')) and e['ts'] < hi]
         for is_comm, color, h in ((False, 'tab:blue', 0.0), (True, 'tab:orange', 0.4)):
-            iv = _union([[e['ts'], e['ts'] + e['dur']] for e in ops if (COMM.search(e['name']) if is_comm else e.get('cat') in WORK and not COMM.search(e['name']))])
-            ax.broken_barh([(a / 1e3, (b - a) / 1e3) for a, b in iv], (y + h, 0.4), color=color, label=('comm' if is_comm else 'compute') if y == 0 else None)
+            iv = _union([[e['ts'], e['ts'] + e['dur']] for e in ops
+                         if (COMM.search(e['name']) if is_comm else e.get('cat') in WORK
+                             and not COMM.search(e['name']))])
+            ax.broken_barh([(a / 1e3, (b - a) / 1e3) for a, b in iv], (y + h, 0.4), color=color,
+                           label=('comm' if is_comm else 'compute') if y == 0 else None)
     ax.set_yticks([y + 0.4 for y in range(len(ranks))], [f"rank {r}" for r in ranks])
     ax.invert_yaxis(); ax.set_xlabel('ms'); ax.legend(loc='upper left', bbox_to_anchor=(1.0, 1.0), fontsize='small')
     fig.tight_layout()
@@ -304,7 +320,8 @@ class Profile:
         return Picture(timeline(self.trace, steps))
     def __repr__(self): return f"{self.table}\n\n{self.verdict or 'No straggler.'}\n\nMerged trace: {self.path}"
     def _repr_markdown_(self):  # names in the table come from the ranks' traces: markdown may hold HTML, so it is escaped
-        return f"{html.escape(self.table)}\n\n**{html.escape(self.verdict or 'No straggler.')}**\n\nMerged trace (open in https://ui.perfetto.dev): `{self.path}`"
+        return (f"{html.escape(self.table)}\n\n**{html.escape(self.verdict or 'No straggler.')}**\n\nMerged trace "
+                f"(open in https://ui.perfetto.dev): `{self.path}`")
 
 def profile(cl:RankRunner, # a started cluster (a DDPCluster)
             work, # code run in the ranks' namespace for each step (e.g. "train_step()"), or a function

@@ -13,7 +13,8 @@ from .compat_ipp import engine_registration_url, plain_tracebacks
 from .context import RankInfo, ctx, rank_info
 from .report import report  # torch, and compat_torch (which imports it), are imported inside the functions
 
-log = logging.getLogger('ddp_nb.rank')  # what is swallowed goes here, at DEBUG: logging.getLogger('ddp_nb').setLevel('DEBUG') shows it
+# what is swallowed goes here, at DEBUG: logging.getLogger('ddp_nb').setLevel('DEBUG') shows it
+log = logging.getLogger('ddp_nb.rank')
 
 # %% auto #0
 __all__ = ['log', 'NET_VARS', 'host_name', 'engine_info', 'net_info', 'setup_rank', 'forget_rank', 'reset_accelerate',
@@ -41,7 +42,8 @@ def engine_info(peer:str|None=None, # where the notebook reaches the controller 
     n_gpus = torch.cuda.device_count()
     return dict(host=host_name(), hostname=host_name(), host_key=host_identity(), pid=os.getpid(), n_gpus=n_gpus,
                 gpu_names=[torch.cuda.get_device_name(i) for i in range(n_gpus)], n_cpus=len(os.sched_getaffinity(0)),
-                python=sys.version.split()[0], torch=str(torch.__version__), torch_cuda=torch.version.cuda,  # str(): a TorchVersion makes the notebook import torch
+                # str(): a TorchVersion makes the notebook import torch
+                python=sys.version.split()[0], torch=str(torch.__version__), torch_cuda=torch.version.cuda,
                 nvidia_driver=os.path.exists('/proc/driver/nvidia/version'),
                 addrs=local_ipv4(), addr=route_source(_controller_host() or peer))
 
@@ -68,7 +70,8 @@ def setup_rank(p:dict, # this rank's entry from `core.plan_ranks`, with 'n_gpus'
                threads:int, # intra-op threads for this rank
                backend:str, # 'nccl' or 'gloo'
                loopback:bool=True, # keep gloo on the loopback interface (single-host clusters)
-               ifname:str|None=None, # across hosts: the interface for gloo and nccl; None: the engine's own setting, or the route to rank 0
+               # across hosts: the interface for gloo and nccl; None: the engine's own setting, or the route to rank 0
+               ifname:str|None=None,
               ) -> None: # (nothing: a torch.device sent back would make the notebook import torch; `rank_info()` has it)
     "Give this process its rank: torchrun environment, thread count, network interface, pinned device (and Accelerate's CPU switch on CPU ranks)"
     import torch
@@ -78,8 +81,10 @@ def setup_rank(p:dict, # this rank's entry from `core.plan_ranks`, with 'n_gpus'
     torch.set_num_threads(threads)
     device = rank_device(backend, p.get('n_gpus', 0), p['local_rank'])
     if device.startswith('cuda'): torch.cuda.set_device(torch.device(device))
-    else: os.environ['ACCELERATE_USE_CPU'] = '1'  # else Accelerate picks DistributedType.NO on CPU and each rank trains alone
-    ctx.record = dict({k: p[k] for k in ('rank', 'local_rank', 'world_size', 'local_world_size')}, device=device, backend=backend)
+    # else Accelerate picks DistributedType.NO on CPU and each rank trains alone
+    else: os.environ['ACCELERATE_USE_CPU'] = '1'
+    ctx.record = dict({k: p[k] for k in ('rank', 'local_rank', 'world_size', 'local_world_size')}, device=device,
+                      backend=backend)
 
 def forget_rank():
     "Drop this process's rank record (after `teardown`), back to the serial fallback"
@@ -103,8 +108,10 @@ def _listen(host:str, # address to listen on
     except OSError as e:
         s.close()
         why = ("is in use by another process" if e.errno == errno.EADDRINUSE else
-               "is privileged (below 1024: only root may listen there)" if e.errno == errno.EACCES else f"cannot be used ({e.strerror})")
-        raise RuntimeError(f"Port {port} on {host} {why}: pass another port=, or port=None to let the OS pick a free one.") from None
+               "is privileged (below 1024: only root may listen there)" if e.errno == errno.EACCES
+               else f"cannot be used ({e.strerror})")
+        raise RuntimeError(f"Port {port} on {host} {why}: pass another port=, or port=None "
+                           f"to let the OS pick a free one.") from None
     s.listen(256)
     return s
 
@@ -117,12 +124,14 @@ def open_store(host:str, # address rank 0's store listens on
     import torch.distributed as dist
     close_store()
     key = (host, port, world_size)
-    if port and key in ctx.fixed_stores:  # a fixed port stays ours: objects bound to the old group (a DDP model) keep its store alive
+    # a fixed port stays ours: objects bound to the old group (a DDP model) keep its store alive
+    if port and key in ctx.fixed_stores:
         ctx.store = ctx.fixed_stores[key]
         return port
     s = _listen(host, port or 0)
     port = s.getsockname()[1]
-    store = dist.TCPStore(host, port, world_size, True, timedelta(seconds=timeout), wait_for_workers=False, master_listen_fd=s.fileno())
+    store = dist.TCPStore(host, port, world_size, True, timedelta(seconds=timeout), wait_for_workers=False,
+                          master_listen_fd=s.fileno())
     s.detach()  # the store owns the listening fd now and closes it when it goes
     ctx.store = store
     if key[1]: ctx.fixed_stores[key] = store  # each group then uses its own key prefix in it (init_group)
@@ -138,7 +147,8 @@ def drop_group():
     import torch.distributed as dist
     if dist.is_initialized(): dist.destroy_process_group()
     from ddp_nb.compat_torch import reset_group_count, unpin_groups
-    unpin_groups()  # defaults that captured a group (torch.distributed.nn): else it, its store and its listeners outlive it
+    # defaults that captured a group (torch.distributed.nn): else it, its store and its listeners outlive it
+    unpin_groups()
     # a failed or interrupted init_process_group leaves the counter raised on that rank only: the ranks would then
     # disagree on the next group's name (its store prefix) and never meet
     reset_group_count()
@@ -158,7 +168,8 @@ def init_group(master_addr:str, # address of rank 0's store
     drop_group()
     reset_accelerate()  # Accelerate's cached state belongs to the old group
     td = timedelta(seconds=timeout)
-    store = ctx.store if ri.rank == 0 and ctx.store is not None else dist.TCPStore(master_addr, port, ri.world_size, False, td)
+    store = (ctx.store if ri.rank == 0 and ctx.store is not None
+             else dist.TCPStore(master_addr, port, ri.world_size, False, td))
     if prefix: store = dist.PrefixStore(prefix, store)
     store.set(f'ddp_nb/joined/{ri.rank}', str(os.getpid()))
     kw = dict(device_id=ri.device) if ri.device.type == 'cuda' else {}
@@ -166,8 +177,8 @@ def init_group(master_addr:str, # address of rank 0's store
     except Exception as e:
         missing = sorted(set(range(ri.world_size)) - set(_joined(store, ri.world_size)))
         raise RuntimeError(f"rank {ri.rank}: the process group did not form within {timeout:g}s; "
-                           f"rank(s) {missing} did not join. Check that those engines are alive (cl.ranks) and reachable, "
-                           f"then call cl.start() again, or raise timeout=.") from e
+                           f"rank(s) {missing} did not join. Check that those engines are alive (cl.ranks) and "
+                           f"reachable, then call cl.start() again, or raise timeout=.") from e
     check_group()
 
 def check_group() -> int:
@@ -177,7 +188,8 @@ def check_group() -> int:
     t = torch.ones(1, device=ri.device)
     dist.all_reduce(t)
     if int(t.item()) != dist.get_world_size():
-        raise RuntimeError(f"Health check failed: all-reduce of ones gave {t.item()} on rank {ri.rank}, expected {dist.get_world_size()}.")
+        raise RuntimeError(f"Health check failed: all-reduce of ones gave {t.item()} on rank {ri.rank}, "
+                           f"expected {dist.get_world_size()}.")
     return int(t.item())
 
 def teardown():
@@ -256,12 +268,13 @@ def enter_cluster(cluster_id:str, # the cluster's id (it names the stack file)
     ip = get_ipython()
     if ip is not None:
         ip.user_ns.update(namespace())  # what %%px cells see
-        # the stop button's KeyboardInterrupt: its traceback at once, so that cl.interrupt()'s second SIGINT (1 s later) never lands
-        # in its formatting (seconds on a busy host), where it turned a stopped rank into one ended as stuck
+        # the stop button's KeyboardInterrupt: its traceback at once, so that cl.interrupt()'s second SIGINT (1 s later)
+        # never lands in its formatting (seconds on a busy host), where it turned a stopped rank into one ended as stuck
         plain_tracebacks(ip, KeyboardInterrupt)
     stream_sooner()  # what a cell prints reaches the notebook within 0.1 s
     from ddp_nb.collectives import install
-    try: install(cluster_id, rank_info().rank, warm=False)  # its recent collectives, written where the notebook reads them (`cl.collectives()`)
+    # its recent collectives, written where the notebook reads them (`cl.collectives()`)
+    try: install(cluster_id, rank_info().rank, warm=False)
     except Exception as e: print(f"ddp_nb: no collective records on this rank ({e})", file=sys.stderr)
     return install_stack_dump(stack_file(cluster_id, rank_info().rank, rank_dir()))  # this user's private folder (0700)
 

@@ -49,7 +49,8 @@ class CallFailed(RuntimeError):
     def __init__(self, msg:str, detail:str=''):
         super().__init__(msg)
         self.detail = detail
-    def _render_traceback_(self): return (self.detail + '\n' if self.detail else '').splitlines() + [f"{type(self).__name__}: {self}"]
+    def _render_traceback_(self):
+        return (self.detail + '\n' if self.detail else '').splitlines() + [f"{type(self).__name__}: {self}"]
 
 def gather(ars:dict, # rank -> AsyncResult
            what:str, # what the ranks were doing, for the error
@@ -67,9 +68,11 @@ def gather(ars:dict, # rank -> AsyncResult
         msg = getattr(err, 'evalue', None) or str(err)
         try: detail = f"--- traceback of rank {r}:\n" + clean_traceback('\n'.join(err.render_traceback())).strip('\n')
         except Exception: detail = ''  # not a rank's error (ipyparallel's RemoteError): the message says it
-        raise CallFailed(f"{what} failed on rank(s) {sorted(failed)}" + (f"; rank(s) {silent} did not answer" if silent else '') +
+        raise CallFailed(f"{what} failed on rank(s) {sorted(failed)}"
+                         + (f"; rank(s) {silent} did not answer" if silent else '') +
                          f". Rank {r}: {getattr(err, 'ename', type(err).__name__)}: {msg}", detail) from None
-    if silent: raise RuntimeError(f"{what}: rank(s) {silent} did not answer within {timeout:g}s; they may be hung or dead.")
+    if silent:
+        raise RuntimeError(f"{what}: rank(s) {silent} did not answer within {timeout:g}s; they may be hung or dead.")
     return {r: ar.get() for r, ar in ars.items()}
 
 # %% ../nbs/02_ranks.ipynb #5684d46f
@@ -89,7 +92,8 @@ Rank = namedtuple('Rank', 'rank engine_id host pid local_rank device')
 class RankSet:
     "The ranks of a cluster: its ipyparallel client, the rank plan, and one call into all (or some) of them"
     def __init__(self, rc, # a connected `ipyparallel.Client`
-                 plan:list|None=None, # one entry per rank (`core.plan_ranks`, with pid, host, host_key, n_gpus), by rank
+                 # one entry per rank (`core.plan_ranks`, with pid, host, host_key, n_gpus), by rank
+                 plan:list|None=None,
                  me:str|None=None, # this notebook's host identity (`host.host_identity`)
                 ):
         self.rc, self.plan, self.me = rc, list(plan or []), me or host_identity()
@@ -117,7 +121,8 @@ class RankSet:
         return f"rank {rank} (host {p['host']}, pid {p['pid']})"
     def info(self, backend:str) -> list[Rank]:
         "Rank, engine id, host, pid, local rank and device of every rank"
-        return [Rank(p['rank'], p['engine_id'], p['host'], p['pid'], p['local_rank'], rank_device(backend, p['n_gpus'], p['local_rank']))
+        return [Rank(p['rank'], p['engine_id'], p['host'], p['pid'], p['local_rank'],
+                     rank_device(backend, p['n_gpus'], p['local_rank']))
                 for p in self.plan]
 
     def call_async(self, fn, *args, ranks=None, **kwargs) -> dict:
@@ -130,7 +135,8 @@ class RankSet:
               timeout:float=60, # seconds to wait for every answer
               **kwargs) -> dict: # rank -> result
         "Call `fn(*args, **kwargs)` on the selected ranks and wait: rank -> result, or an error naming the ranks that raised or did not answer"
-        return gather(self.call_async(fn, *args, ranks=ranks, **kwargs), what or f"{getattr(fn, '__name__', fn)}()", timeout)
+        return gather(self.call_async(fn, *args, ranks=ranks, **kwargs),
+                      what or f"{getattr(fn, '__name__', fn)}()", timeout)
 
     def call_each_async(self, fn, args:dict, # rank -> the tuple of arguments for that rank
                        ) -> dict:
@@ -144,7 +150,8 @@ class RankSet:
 
     def call_engines(self, ids:list, fn, *args, what:str='', timeout:float=60, **kwargs) -> dict:
         "Call `fn` on engines that may have no rank yet: engine id -> result"
-        return gather({i: self.rc[i].apply_async(fn, *args, **kwargs) for i in ids}, what or f"{fn.__name__}()", timeout)
+        return gather({i: self.rc[i].apply_async(fn, *args, **kwargs) for i in ids},
+                      what or f"{fn.__name__}()", timeout)
 
     def status(self) -> dict:
         "rank -> 'running' (a task is pending), 'idle' or 'dead' (unregistered), read from the client without sending anything"
@@ -161,7 +168,8 @@ class RankSet:
 
     def gone(self) -> list:
         "Ranks whose engine has exited: unregistered, or (on this host) its process gone before the controller noticed"
-        return [r for r, s in self.status().items() if s == 'dead' or (self.is_local(r) and not pid_alive(self.plan[r]['pid']))]
+        return [r for r, s in self.status().items() if s == 'dead'
+                or (self.is_local(r) and not pid_alive(self.plan[r]['pid']))]
 
     def states(self, ar) -> dict:
         "rank -> (state, error) of an AsyncResult with one task per rank (see `task_state`)"
@@ -179,7 +187,9 @@ class RankSet:
             except Exception: futs[r] = None  # unregistered, or the client is closed
         deadline, out = time.monotonic() + timeout, []
         for r, f in futs.items():
-            try: ok = f is not None and all(m['content']['status'] == 'ok' for m in f.result(max(0.01, deadline - time.monotonic())))
+            try:
+                ok = (f is not None and all(m['content']['status'] == 'ok'
+                                            for m in f.result(max(0.01, deadline - time.monotonic()))))
             except Exception: ok = False  # no answer in time: ipyparallel's own wait for it has no deadline
             if not ok: out.append(r)
         return out
@@ -207,11 +217,13 @@ class RankSet:
             key = (eid, pid)
             try:
                 if self.is_local(r):
-                    if pid_alive(pid): os.kill(pid, signal.SIGKILL); self.ended[key] = why  # (a dead one died by itself)
+                    # (a dead one died by itself)
+                    if pid_alive(pid): os.kill(pid, signal.SIGKILL); self.ended[key] = why
                     continue
             except ProcessLookupError: continue
             except OSError: pass
-            try: self.rc.send_signal(signal.SIGKILL, targets=[eid], block=False); self.ended[key] = why  # other hosts: through the nanny
+            # other hosts: through the nanny
+            try: self.rc.send_signal(signal.SIGKILL, targets=[eid], block=False); self.ended[key] = why
             except Exception: pass  # unregistered already
         deadline = time.monotonic() + timeout
         while set(ids) & set(self.rc.ids) and time.monotonic() < deadline: time.sleep(0.02)

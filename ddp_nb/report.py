@@ -13,7 +13,8 @@ from .host import host_identity
 from .context import ctx, rank_info
 from .compat_ipp import on_uncaught_error, session_key
 
-log = logging.getLogger('ddp_nb.report')  # what is swallowed goes here, at DEBUG: logging.getLogger('ddp_nb').setLevel('DEBUG') shows it
+# what is swallowed goes here, at DEBUG: logging.getLogger('ddp_nb').setLevel('DEBUG') shows it
+log = logging.getLogger('ddp_nb.report')
 
 # %% auto #0
 __all__ = ['log', 'MAX_TEXT', 'WIRE', 'MAX_BATCH', 'MAX_POINTS', 'MAX_METRICS', 'MAX_NAME', 'MAX_FLAGS', 'LOAD_KEYS', 'HEAD',
@@ -78,13 +79,15 @@ def nvml_problem(facts:dict, # from `nvml_facts`
     if not facts.get('cuda') or facts.get('handle') is not None: return None
     if 'import_error' in facts: return "nvidia-ml-py is not installed (pip install nvidia-ml-py)"
     e = facts.get('init_error')
-    if e and 'LibraryNotFound' in e: return "NVML library not found (pip install nvidia-ml-py; needs the NVIDIA driver's libnvidia-ml.so)"
-    if e and 'DriverNotLoaded' in e: return "the NVIDIA driver is not loaded (nvidia-smi fails too): load or reinstall the driver"
+    if e and 'LibraryNotFound' in e:
+        return "NVML library not found (pip install nvidia-ml-py; needs the NVIDIA driver's libnvidia-ml.so)"
+    if e and 'DriverNotLoaded' in e:
+        return "the NVIDIA driver is not loaded (nvidia-smi fails too): load or reinstall the driver"
     if e and 'NoPermission' in e: return "no permission to use NVML: give this user access to /dev/nvidia*"
     if e: return f"nvmlInit failed ({e}): check that nvidia-smi works for this user"
     if 'uuid' not in facts: return f"could not read the GPU's UUID from torch ({facts.get('handle_error')})"
-    return (f"no NVML device has UUID {facts['uuid']} ({facts.get('handle_error')}): NVML and CUDA see different devices "
-            "(a container or MIG): compare nvidia-smi -L with torch.cuda.get_device_properties")
+    return (f"no NVML device has UUID {facts['uuid']} ({facts.get('handle_error')}): NVML and CUDA see different "
+            f"devices (a container or MIG): compare nvidia-smi -L with torch.cuda.get_device_properties")
 
 def gpu_handle(device):
     "An NVML handle for `device` matched by UUID, or None (no CUDA device, or NVML unusable: `nvml_problem` says why)"
@@ -119,8 +122,11 @@ class LoadSampler:
         return d
 
 # %% ../nbs/01a_report.ipynb #aa4c2c6e
-WIRE = 2  # the batch format's version: a collector names batches of another version (engines and kernel on different ddp_nb versions)
-MAX_BATCH = 2**20  # bytes in one message at most: the collector refuses bigger ones (ZMQ_MAXMSGSIZE), a reporter splits its batches below
+# the batch format's version: a collector names batches of another version (engines and kernel on different ddp_nb
+# versions)
+WIRE = 2
+# bytes in one message at most: the collector refuses bigger ones (ZMQ_MAXMSGSIZE), a reporter splits its batches below
+MAX_BATCH = 2**20
 MAX_POINTS, MAX_METRICS, MAX_NAME, MAX_FLAGS = 4096, 256, 100, 64  # per batch; characters of a metric name
 
 def encode(head:dict, # who sent it and its state: rank, pid, host, t, busy, ...
@@ -138,10 +144,13 @@ def encode(head:dict, # who sent it and its state: rank, pid, host, t, busy, ...
         else:
             if prev is not None and step < prev: back.append(i)  # the step went back: a new run starts here
             prev = step
-    layout = [[k, len(ix) if len(ix) < len(steps) else None] for k, (_, ix) in cols.items()]  # points that have it; None: all
-    head = dict(head, wire=WIRE, order=sys.byteorder, n=len(steps), back=back, cols=layout, **({'late': late} if late else {}))
+    # points that have it; None: all
+    layout = [[k, len(ix) if len(ix) < len(steps) else None] for k, (_, ix) in cols.items()]
+    head = dict(head, wire=WIRE, order=sys.byteorder, n=len(steps), back=back, cols=layout,
+                **({'late': late} if late else {}))
     parts = [json.dumps(head).encode(), b'\n', steps.tobytes(), ts.tobytes()]  # json.dumps never writes a raw newline
-    for (k, some), (v, ix) in zip(layout, cols.values()): parts += [v.tobytes()] if some is None else [v.tobytes(), ix.tobytes()]
+    for (k, some), (v, ix) in zip(layout, cols.values()):
+        parts += [v.tobytes()] if some is None else [v.tobytes(), ix.tobytes()]
     return b''.join(parts)
 
 def decode(msg:bytes, # a batch, as `encode` made it
@@ -149,24 +158,30 @@ def decode(msg:bytes, # a batch, as `encode` made it
     "The header (checked by `check_head`), with `steps` and `ts` (arrays) and `cols`: {metric: (values, indices of the points that have it, or None: every point)}"
     i = msg.find(b'\n')
     try: head = json.loads(msg[:i] if i >= 0 else msg)
-    except (ValueError, UnicodeDecodeError, RecursionError): raise ValueError("a report batch has a header that is not JSON") from None  # [[[... 1,000 deep: RecursionError
+    # [[[... 1,000 deep: RecursionError
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        raise ValueError("a report batch has a header that is not JSON") from None
     if not isinstance(head, dict): raise ValueError("a report batch has a header that is not a JSON object")
     if head.get('wire') != WIRE:
-        raise ValueError(f"a rank sent its reports in wire format {_brief(head.get('wire', 1))[:20]}, this kernel reads format {WIRE}: the engines run "
-                         "another ddp_nb version than the notebook's kernel; install the same version on every host and restart the cluster.")
+        raise ValueError(f"a rank sent its reports in wire format {_brief(head.get('wire', 1))[:20]}, this kernel "
+                         f"reads format {WIRE}: the engines run another ddp_nb version than the notebook's kernel; "
+                         f"install the same version on every host and restart the cluster.")
     check_head(head)
     body, at, swap = memoryview(msg)[i + 1:], 0, head['order'] != sys.byteorder
     def column(code, k):
         nonlocal at
-        if at + 8 * k > len(body): raise ValueError(f"a report batch has {len(body)} bytes of columns, its header describes more")
+        if at + 8 * k > len(body):
+            raise ValueError(f"a report batch has {len(body)} bytes of columns, its header describes more")
         a = array(code); a.frombytes(body[at:at + 8 * k]); at += 8 * k
         if swap: a.byteswap()
         return a
     n = head['n']
     head['steps'], head['ts'] = column('q', n), column('d', n)
-    head['cols'] = {k: (column('d', n), None) if some is None else (column('d', some), column('q', some)) for k, some in head['cols']}
+    head['cols'] = {k: (column('d', n), None) if some is None else (column('d', some), column('q', some))
+                    for k, some in head['cols']}
     if at != len(body): raise ValueError(f"a report batch has {len(body)} bytes of columns, its header describes {at}")
-    if not all(map(math.isfinite, head['ts'])): raise ValueError("a report batch has a time that is not a finite number")
+    if not all(map(math.isfinite, head['ts'])):
+        raise ValueError("a report batch has a time that is not a finite number")
     for k, (_, ix) in head['cols'].items():
         if ix is not None and ix and not (0 <= ix[0] and ix[-1] < n and all(a < b for a, b in zip(ix, ix[1:]))):
             raise ValueError(f"a report batch has point indices of {k!r} that are not increasing points of the batch")
@@ -205,7 +220,9 @@ def _cols(cs, n) -> bool:
     if type(cs) is not list or len(cs) > MAX_METRICS: return False
     seen = set()
     for c in cs:  # [name, None (at every point) or how many points have it]
-        if type(c) is not list or len(c) != 2 or not _name(c[0]) or c[0] in seen or not (c[1] is None or _int(c[1], 1, n - 1)): return False
+        if (type(c) is not list or len(c) != 2 or not _name(c[0]) or c[0] in seen
+            or not (c[1] is None or _int(c[1], 1, n - 1))):
+            return False
         seen.add(c[0])
     return True
 def _back(b, n, lo:int=1) -> bool:  # increasing point indices in lo..n-1
@@ -213,21 +230,25 @@ def _back(b, n, lo:int=1) -> bool:  # increasing point indices in lo..n-1
 def _load(d, n) -> bool:  # as LoadSampler takes it: cpu and rss, then gpu, gpu_mem and gpu_total or none of them; maybe gpu_note
     if type(d) is not dict: return False
     k = len(d) - ('gpu_note' in d)
-    return (k == 2 or k == 5) and all(_num(d.get(x), 0) for x in LOAD_KEYS[:k]) and ('gpu_note' not in d or _text(d['gpu_note']))
+    return ((k == 2 or k == 5) and all(_num(d.get(x), 0) for x in LOAD_KEYS[:k])
+            and ('gpu_note' not in d or _text(d['gpu_note'])))
 
 LOAD_KEYS = ('cpu', 'rss', 'gpu', 'gpu_mem', 'gpu_total')
-HEAD = dict(  # field: (required, check(value, n)); any other field is refused. One call a field: check_head is a few µs
+# field: (required, check(value, n)); any other field is refused. One call a field: check_head is a few µs
+HEAD = dict(
     wire=(True, lambda v, n: type(v) is int and v == WIRE), order=(True, lambda v, n: v == 'little' or v == 'big'),
     n=(True, lambda v, n: type(v) is int and 0 <= v <= MAX_POINTS), back=(True, _back), cols=(True, _cols),
     late=(False, lambda v, n: _back(v, n, 0)),
-    rank=(True, lambda v, n: type(v) is int and 0 <= v < 2**63), pid=(True, lambda v, n: type(v) is int and 0 < v < 2**63),
+    rank=(True, lambda v, n: type(v) is int and 0 <= v < 2**63),
+    pid=(True, lambda v, n: type(v) is int and 0 < v < 2**63),
     host=(True, lambda v, n: type(v) is str and len(v) <= 256 and v.isprintable()), t=(False, lambda v, n: _num(v)),
     every=(False, lambda v, n: _num(v, 1e-3) and v <= 3600), busy=(True, lambda v, n: type(v) is bool),
     cell=(False, lambda v, n: type(v) is bool), dropped=(False, lambda v, n: type(v) is int and 0 <= v < 2**63),
     flags=(False, lambda v, n: type(v) is list and len(v) <= MAX_FLAGS and all(map(_flag, v))),
     error=(False, lambda v, n: v is None or type(v) is list and len(v) == 2 and _num(v[0]) and _text(v[1])),
     stop_eta=(False, lambda v, n: v is None or _num(v, 0)), load=(False, _load),
-    sid=(False, lambda v, n: type(v) is str and len(v) <= 64 and v.isprintable()), seq=(False, lambda v, n: type(v) is int and 0 <= v < 2**63))
+    sid=(False, lambda v, n: type(v) is str and len(v) <= 64 and v.isprintable()),
+    seq=(False, lambda v, n: type(v) is int and 0 <= v < 2**63))
 _REQUIRED = {k for k, (req, _) in HEAD.items() if req}
 
 def _brief(v) -> str:
@@ -243,7 +264,8 @@ def check_head(h:dict, # a batch's JSON header
         c = HEAD.get(k)
         if c is None: raise ValueError(f"a report batch has an unknown field {clean_text(k, 40)!r}")
         if not c[1](v, n): raise ValueError(f"a report batch has a bad {k}: {_brief(v)}")
-    if not _REQUIRED <= h.keys(): raise ValueError(f"a report batch lacks {', '.join(k for k in HEAD if k in _REQUIRED - h.keys())}")
+    if not _REQUIRED <= h.keys():
+        raise ValueError(f"a report batch lacks {', '.join(k for k in HEAD if k in _REQUIRED - h.keys())}")
     return h
 
 # %% ../nbs/01a_report.ipynb #fb2fc6ab
@@ -259,14 +281,16 @@ class Reporter:
                 ):
         import zmq
         self.addr, self.key, self.rank, self.interval, self.load_interval = addr, key, rank, interval, load_interval
-        self.sid, self.seq = secrets.token_hex(8), 0  # this reporter's batches, numbered: the collector drops a replayed one
+        # this reporter's batches, numbered: the collector drops a replayed one
+        self.sid, self.seq = secrets.token_hex(8), 0
         self.ctx = zmq.Context()
         self.sock = self.ctx.socket(zmq.PUSH)
         self.sock.setsockopt(zmq.LINGER, 500)
         self.sock.setsockopt(zmq.SNDHWM, 10000)
         self.sock.connect(addr)
         self.buf, self.steps, self.dropped = deque(), StepCounter(), 0
-        self.pid, self.host = os.getpid(), host_identity()  # the identity, not the hostname: namespaces and containers share hostnames
+        # the identity, not the hostname: namespaces and containers share hostnames
+        self.pid, self.host = os.getpid(), host_identity()
         self.load, self.last_load, self.last_report = LoadSampler(device), 0., 0.
         self.error = None  # (time, 'ValueError: ...') of the last uncaught error on this engine, until the next cell
         self.in_cell = False  # a cell (%%px, view.execute) is running on this engine: the run's active time counts
@@ -305,21 +329,27 @@ def _batch(self:Reporter) -> tuple:
         if bad: flags.append((-1, 'step', bad))  # shown as step -1, and said
         vals = {}
         for k, v in metrics.items():
-            if not _name(k): flags.append((s, clean_text(k, MAX_NAME) or '?', f"not a metric name of 1-{MAX_NAME} printable characters: not shown")); continue
-            if k not in names and len(names) >= MAX_METRICS: flags.append((s, k, f"more than {MAX_METRICS} metrics in one batch: not shown")); continue
+            if not _name(k):
+                flags.append((s, clean_text(k, MAX_NAME) or '?',
+                              f"not a metric name of 1-{MAX_NAME} printable characters: not shown")); continue
+            if k not in names and len(names) >= MAX_METRICS:
+                flags.append((s, k, f"more than {MAX_METRICS} metrics in one batch: not shown")); continue
             names.add(k)
             vals[k], bad = to_number(v)
             if bad: flags.append((s, k, bad))
         size += 16 * (1 + len(vals))
         if late and s in at: pts[at[s]][2].update(vals)  # a GPU timer's breakdown of a step in this batch: that point
-        elif pts and pts[-1][1] == s: pts[-1][2].update(vals)  # the same step again (fit's loss, then a CPU timer's breakdown)
+        # the same step again (fit's loss, then a CPU timer's breakdown)
+        elif pts and pts[-1][1] == s: pts[-1][2].update(vals)
         else:
             if not late and pts and s < pts[-1][1]: at = {}  # a new run: earlier steps are its own
             if not late: at[s] = len(pts)
             pts.append((t, s, vals, late))
     now = time.time()
-    head = dict(rank=self.rank, pid=self.pid, host=self.host, t=now, every=self.interval, flags=flags[-MAX_FLAGS:], sid=self.sid, seq=self.seq,
-                busy=now - self.last_report < 2.0, cell=self.in_cell, dropped=self.dropped, error=self.error, stop_eta=ctx.stop_eta())
+    head = dict(rank=self.rank, pid=self.pid, host=self.host, t=now, every=self.interval, flags=flags[-MAX_FLAGS:],
+                sid=self.sid, seq=self.seq,
+                busy=now - self.last_report < 2.0, cell=self.in_cell, dropped=self.dropped, error=self.error,
+                stop_eta=ctx.stop_eta())
     if now - self.last_load >= self.load_interval:
         head['load'], self.last_load = self.load(), now
     self.seq += 1
@@ -340,7 +370,8 @@ def _loop(self:Reporter):
     "Send a batch every `interval` until closed, then what is left; this thread owns the socket and closes it"
     while not self._stop.wait(self.interval):
         try: self.flush()
-        except Exception: log.debug("a report batch was not sent (the next one is tried in %ss)", self.interval, exc_info=True)
+        except Exception:
+            log.debug("a report batch was not sent (the next one is tried in %ss)", self.interval, exc_info=True)
     try: self.flush()
     except Exception: log.debug("the last report batch was not sent", exc_info=True)
     self.sock.close(); self.ctx.term()
@@ -384,16 +415,20 @@ def batch_interval(ranks:int, # ranks reporting to one notebook
     return max(0.1, ranks / 1000)  # the kernel's cost grows with batches as well as points (benchmark 12)
 
 def connect(addr:str, # the collector's address
-            nonce:bytes, # the collector's nonce (`Collector.nonce`): with the cluster's secret, it makes the signing key
+            # the collector's nonce (`Collector.nonce`): with the cluster's secret, it makes the signing key
+            nonce:bytes,
             rank:int|None=None, # this process's rank; None: from `rank_info`
             device=None, # torch device for GPU load; None: the rank's device
             interval:float=0.1, # seconds between batches
-            secret:bytes|None=None, # the cluster's secret; None: this engine's connection key (`compat_ipp.session_key`)
+            # the cluster's secret; None: this engine's connection key (`compat_ipp.session_key`)
+            secret:bytes|None=None,
            ) -> str:
     "Send this process's reports, signed, to the collector at `addr` (the cluster calls this on every engine)"
     disconnect()
     if secret is None: secret = session_key()
-    if not secret: raise ValueError("report.connect: this process is no ipyparallel engine with a connection key: pass secret= (the cluster's key).")
+    if not secret:
+        raise ValueError("report.connect: this process is no ipyparallel engine with a connection key: "
+                         "pass secret= (the cluster's key).")
     if rank is None or device is None:
         ri = rank_info()
         rank, device = ri.rank if rank is None else rank, ri.device if device is None else device

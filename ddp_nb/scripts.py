@@ -20,12 +20,14 @@ def script_envs(plan:list[dict], # the cluster's rank plan (`core.plan_ranks`), 
     "The environment torchrun gives each worker, with the rendezvous store hosted by rank 0 for the script (agent-store mode)"
     return [dict(torchrun_env(p, master_addr, master_port),
                  ROLE_RANK=str(p['rank']), ROLE_NAME='default', ROLE_WORLD_SIZE=str(p['world_size']),
-                 GROUP_WORLD_SIZE=str(len({q.get('group_rank', 0) for q in plan})), TORCHELASTIC_RESTART_COUNT='0', TORCHELASTIC_MAX_RESTARTS='0',
+                 GROUP_WORLD_SIZE=str(len({q.get('group_rank', 0) for q in plan})), TORCHELASTIC_RESTART_COUNT='0',
+                 TORCHELASTIC_MAX_RESTARTS='0',
                  TORCHELASTIC_RUN_ID=run_id, TORCHELASTIC_USE_AGENT_STORE='True')
             for p in plan]
 
 # %% ../nbs/01c_scripts.ipynb #425eb23e
-NOTEBOOK_PROBES = ('tqdm.auto', 'tqdm.autonotebook')  # modules that choose between a notebook and a terminal bar on import
+# modules that choose between a notebook and a terminal bar on import
+NOTEBOOK_PROBES = ('tqdm.auto', 'tqdm.autonotebook')
 
 @contextmanager
 def as_in_terminal():
@@ -33,7 +35,8 @@ def as_in_terminal():
     try: from IPython import get_ipython
     except ImportError: get_ipython = lambda: None
     cfg = getattr(get_ipython(), 'config', None)
-    kept = cfg.pop('IPKernelApp') if cfg is not None and 'IPKernelApp' in cfg else None  # what tqdm and transformers look for
+    # what tqdm and transformers look for
+    kept = cfg.pop('IPKernelApp') if cfg is not None and 'IPKernelApp' in cfg else None
     mods = {m: sys.modules.pop(m) for m in NOTEBOOK_PROBES if m in sys.modules}
     try:  # tqdm.auto picks its bar from tqdm.autonotebook (which looks for ipykernel): a terminal's, here
         import tqdm.std
@@ -89,7 +92,8 @@ def run_rank(path:str, # absolute path of the script
     from ddp_nb.rank import drop_group, host_name, reset_accelerate
     rank = int(env.get('RANK', 0))
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"rank {rank} on {host_name()}: no script at {path}. Every host needs the script at that path.")
+        raise FileNotFoundError(f"rank {rank} on {host_name()}: no script at {path}. Every host "
+                                f"needs the script at that path.")
     saved = dict(environ=dict(os.environ), argv=sys.argv[:], path=sys.path[:], cwd=os.getcwd(), stdout=sys.stdout,
                  stderr=sys.stderr, modules=set(sys.modules), script_dir=os.path.dirname(path))
     code, error, t0 = 0, None, time.monotonic()
@@ -97,7 +101,9 @@ def run_rank(path:str, # absolute path of the script
         os.environ.update(env)
         reset_accelerate()  # an Accelerator() in the script sets up its own state (and group) from this environment
         from ddp_nb.fabric import fabric_ready  # (imports torch: here, on the rank)
-        with as_in_terminal(): fabric_ready()  # a Lightning Fabric script: started from outside, as under torchrun (a no-op without Lightning); Lightning picks its bar on import
+        # a Lightning Fabric script: started from outside, as under torchrun (a no-op without Lightning); Lightning
+        # picks its bar on import
+        with as_in_terminal(): fabric_ready()
         sys.argv = [path, *args]
         sys.path.insert(0, saved['script_dir'])  # as `python path` does
         if cwd and os.path.isdir(cwd): os.chdir(cwd)
@@ -131,7 +137,8 @@ def release_peers(env:dict, # the environment the script ran with on this rank (
     from ddp_nb.rank import drop_group
     saved = dict(os.environ)
     try:
-        store = dist.TCPStore(env['MASTER_ADDR'], int(env['MASTER_PORT']), is_master=False, timeout=timedelta(seconds=join_timeout))
+        store = dist.TCPStore(env['MASTER_ADDR'], int(env['MASTER_PORT']), is_master=False,
+                              timeout=timedelta(seconds=join_timeout))
         deadline = time.monotonic() + timeout
         while store.num_keys() == 0:  # nobody has reached the rendezvous yet (SIGINT ends the wait)
             if time.monotonic() > deadline: return False

@@ -18,20 +18,23 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint import DefaultLoadPlanner
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.metadata import BytesStorageMetadata, Metadata, StorageMeta
-from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict, set_model_state_dict, StateDictOptions
+from torch.distributed.checkpoint.state_dict import (get_state_dict, set_state_dict, set_model_state_dict,
+                                                     StateDictOptions)
 from torch.distributed.fsdp import fully_shard, FSDPModule, MixedPrecisionPolicy, CPUOffloadPolicy
 from torch.distributed.tensor import DTensor
 from .host import pid_alive
 from .context import rank_info
 from .seeding import rng_state, set_rng_state
 from .wrap import unwrap
-from .checkpoint import (_from_0, CheckpointError, UnsafeCheckpointError, atomic_save, checkpoints, load_weights_only,
+from .checkpoint import (_from_0, CheckpointError, UnsafeCheckpointError, atomic_save, checkpoints,
+                               load_weights_only,
                                newest_good, read_checkpoint, _decide_on_0, _newest_readable)
 
 # %% ../nbs/01g_sharded.ipynb #8c7e708d
 def shard_units(model:nn.Module, # the whole model (the root is never listed: it is sharded last, always)
                 wrap:Optional[tuple]=None, # module types that each become a unit, e.g. (nn.TransformerEncoderLayer,)
-                min_params:Optional[int]=None, # or: every submodule holding at least this many parameters not already in a smaller unit
+                # or: every submodule holding at least this many parameters not already in a smaller unit
+                min_params:Optional[int]=None,
                ) -> list: # qualified names of the units, children before their parents
     "The submodules `shard_model` shards on their own, in the order it shards them (innermost first)"
     if (wrap is None) == (min_params is None):
@@ -72,17 +75,19 @@ def check_shared(model:nn.Module, # the model
             holder = '.'.join(common) if common and common != [''] else ''
             drop = [x for x in (u0, u) if x and x != holder]
             raise ValueError(
-                f"Parameter '{n}' is the same tensor as '{n0}' (tied weights), but '{n}' falls in {where(u)} and '{n0}' in "
-                f"{where(u0)}: FSDP shards each parameter in exactly one unit. Leave {' and '.join(repr(x) for x in drop)} out "
-                f"of the units (another wrap=, or a larger min_params=), so that "
-                f"{f'the unit {holder!r}' if holder else 'the root'}, which holds both, shards the tied parameter once.")
+                f"Parameter '{n}' is the same tensor as '{n0}' (tied weights), but '{n}' falls in {where(u)} and "
+                f"'{n0}' in {where(u0)}: FSDP shards each parameter in exactly one unit. Leave "
+                f"{' and '.join(repr(x) for x in drop)} out of the units (another wrap=, or a larger min_params=), so "
+                f"that {f'the unit {holder!r}' if holder else 'the root'}, which holds both, "
+                f"shards the tied parameter once.")
         seen.setdefault(id(p), (n, u))
 
 # %% ../nbs/01g_sharded.ipynb #7a81f614
 def _policy(mp_policy) -> MixedPrecisionPolicy:
     "A MixedPrecisionPolicy from a policy, a dtype (compute in it, reduce gradients in float32) or None"
     if mp_policy is None: return MixedPrecisionPolicy()
-    if isinstance(mp_policy, torch.dtype): return MixedPrecisionPolicy(param_dtype=mp_policy, reduce_dtype=torch.float32)
+    if isinstance(mp_policy, torch.dtype):
+        return MixedPrecisionPolicy(param_dtype=mp_policy, reduce_dtype=torch.float32)
     if isinstance(mp_policy, MixedPrecisionPolicy): return mp_policy
     raise TypeError(f"mp_policy={mp_policy!r}: give a torch.dtype (e.g. torch.bfloat16) or a MixedPrecisionPolicy.")
 
@@ -95,7 +100,8 @@ def shard_model(model:nn.Module, # the model, built the same way on every rank (
                 min_params:Optional[int]=None, # or: submodules with at least this many (not yet sharded) parameters
                 mp_policy=None, # a torch.dtype to compute in (gradients reduced in float32), or a MixedPrecisionPolicy
                 offload:bool=False, # keep sharded parameters and optimizer state in CPU memory (GPU ranks only)
-                reshard_after_forward:bool=True, # free gathered parameters after forward (less memory, one more all-gather in backward)
+                # free gathered parameters after forward (less memory, one more all-gather in backward)
+                reshard_after_forward:bool=True,
                ) -> nn.Module: # the same model, now an FSDPModule whose parameters are DTensor shards
     "Move `model` to this rank's device and apply FSDP2's `fully_shard` to each unit, then to the root"
     ri = rank_info()
@@ -106,8 +112,8 @@ def shard_model(model:nn.Module, # the model, built the same way on every rank (
         raise ValueError("This model is sharded already (bound to the process group it was sharded in): build a fresh "
                          "model and shard that, then load_sharded a checkpoint into it.")
     if offload and ri.device.type != 'cuda':
-        raise ValueError("offload=True moves shards between GPU and CPU memory; on a CPU rank the parameters are in CPU "
-                         "memory already (and torch refuses it without an accelerator). Use offload=False here.")
+        raise ValueError("offload=True moves shards between GPU and CPU memory; on a CPU rank the parameters are in "
+                         "CPU memory already (and torch refuses it without an accelerator). Use offload=False here.")
     units = shard_units(model, wrap, min_params)
     check_shared(model, units)
     kw = dict(mp_policy=_policy(mp_policy), reshard_after_forward=reshard_after_forward)
@@ -125,7 +131,8 @@ def shard_summary(model:nn.Module, # a model (sharded or not)
     rows = []
     for n, p in model.named_parameters():
         loc = p.to_local() if isinstance(p, DTensor) else p
-        rows.append(dict(name=n, shape=tuple(p.shape), local_shape=tuple(loc.shape), numel=p.numel(), local_numel=loc.numel(),
+        rows.append(dict(name=n, shape=tuple(p.shape), local_shape=tuple(loc.shape), numel=p.numel(),
+                         local_numel=loc.numel(),
                          bytes=p.numel() * p.element_size(), local_bytes=loc.numel() * loc.element_size(),
                          placement=str(p.placements[0]) if isinstance(p, DTensor) else 'whole'))
     return rows
@@ -169,12 +176,14 @@ def _all_errors(err) -> list:
 def _failures(e:BaseException) -> dict:
     "rank -> exception: each failing rank's own error in DCP's CheckpointException (which pairs it with a traceback)"
     if not isinstance(e, CheckpointException): return {None: e}
-    return {r: x[0] if isinstance(x, tuple) and x and isinstance(x[0], BaseException) else x for r, x in e.failures.items()}
+    return {r: x[0] if isinstance(x, tuple) and x and isinstance(x[0], BaseException) else x
+            for r, x in e.failures.items()}
 
 def _why(e:BaseException) -> str:
     "One line for an error; DCP's CheckpointException names each failing rank's own error"
     if isinstance(e, CheckpointException):
-        return '; '.join(f"rank {r}: {type(x).__name__}: {str(x).splitlines()[0] if str(x) else ''}" for r, x in _failures(e).items())
+        return '; '.join(f"rank {r}: {type(x).__name__}: {str(x).splitlines()[0] if str(x) else ''}"
+                         for r, x in _failures(e).items())
     return f"{type(e).__name__}: {e}"
 
 def _states(model, optimizer) -> dict:
@@ -185,7 +194,8 @@ def _states(model, optimizer) -> dict:
 # %% ../nbs/01g_sharded.ipynb #cef826b9
 def save_sharded(folder:Union[str, Path], # the run's checkpoint folder (on several hosts: one every host sees)
                  model:nn.Module, # the sharded model (`shard_model`); an unsharded one works too
-                 optimizer:Optional[torch.optim.Optimizer]=None, # its optimizer (its state is sharded like the parameters)
+                 # its optimizer (its state is sharded like the parameters)
+                 optimizer:Optional[torch.optim.Optimizer]=None,
                  step:int=0, # optimizer steps done; names the checkpoint
                  scheduler=None, # an LR scheduler (the same on every rank: rank 0's is saved)
                  loader=None, # this rank's ShardedLoader, for its position in the epoch
@@ -206,7 +216,8 @@ def save_sharded(folder:Union[str, Path], # the run's checkpoint folder (on seve
     if not any(errs):
         try:
             dcp.save(_states(model, optimizer), checkpoint_id=tmp)
-            atomic_save(dict(rng=rng_state(), loader=None if loader is None else loader.state_dict(), state=rank_state or {}),
+            atomic_save(dict(rng=rng_state(), loader=None if loader is None else loader.state_dict(),
+                             state=rank_state or {}),
                         tmp / f'rank-{ri.rank:05d}.pt')
         except (Exception, CheckpointException) as e: err = _why(e)  # DCP's exception is a BaseException
         errs = _all_errors(err)  # also the barrier: every rank's files are complete after it
@@ -226,7 +237,8 @@ def save_sharded(folder:Union[str, Path], # the run's checkpoint folder (on seve
         except Exception as e:
             shutil.rmtree(tmp, ignore_errors=True); err = f"{type(e).__name__}: {e}"
     err = _from_0(err if ri.rank == 0 else None)  # every rank fails together rather than some waiting forever
-    if err: raise RuntimeError(f"Saving the sharded checkpoint {final} failed: {err}. The previous checkpoints are intact.")
+    if err:
+        raise RuntimeError(f"Saving the sharded checkpoint {final} failed: {err}. The previous checkpoints are intact.")
     return final
 
 # %% ../nbs/01g_sharded.ipynb #6c1b8e33
@@ -236,11 +248,13 @@ def _metadata_globals() -> dict:
     import torch.distributed.checkpoint.metadata as dmd, torch.distributed.checkpoint.filesystem as dfs
     names = {dmd: ('Metadata', 'StorageMeta', 'MetadataIndex', 'TensorStorageMetadata', 'BytesStorageMetadata',
                    'ChunkStorageMetadata', 'TensorProperties', '_MEM_FORMAT_ENCODING'),
-             dfs: ('_StorageInfo', '_StoragePrefix'), torch.serialization: ('_get_layout',)}  # how a torch.layout pickles
+             # how a torch.layout pickles
+             dfs: ('_StorageInfo', '_StoragePrefix'), torch.serialization: ('_get_layout',)}
     ok = {(m.__name__, n): getattr(m, n) for m, ns in names.items() for n in ns if hasattr(m, n)}
     ok.update({('torch', n): v for n, v in vars(torch).items()
                if n == 'Size' or isinstance(v, (torch.dtype, torch.layout, torch.memory_format))})
-    ok.update({(m, n): getattr(pathlib, n) for m in ('pathlib', 'pathlib._local')  # the folder it was saved to (Python 3.13: _local)
+    # the folder it was saved to (Python 3.13: _local)
+    ok.update({(m, n): getattr(pathlib, n) for m in ('pathlib', 'pathlib._local')
                for n in ('PosixPath', 'PurePosixPath', 'WindowsPath', 'PureWindowsPath')})
     return ok
 
@@ -254,14 +268,15 @@ class MetadataUnpickler(pickle.Unpickler):
 
     def find_class(self, module, name):
         if (module, name) in DCP_METADATA_GLOBALS: return DCP_METADATA_GLOBALS[(module, name)]
-        if not all(p.isidentifier() for p in f"{module}.{name}".split('.')):  # bytes that name nothing: damage, not an attack
+        # bytes that name nothing: damage, not an attack
+        if not all(p.isidentifier() for p in f"{module}.{name}".split('.')):
             raise CheckpointError(f"{self.name} is unreadable (corrupt): it is no pickle of DCP metadata.")
         raise UnsafeCheckpointError(
-            f"{self.name} refers to {module}.{name}, which is not one of the classes DCP's metadata is made of: loading it "
-            f"could run code, so it is not loaded (nor is an older checkpoint used in its place). If it is not yours, delete "
-            f"the checkpoint (moved out of the run's folder, the one before it is used). If you wrote it with a torch whose "
-            f"metadata holds other classes, load_sharded(..., trust=True) reads it as torch.distributed.checkpoint does, "
-            f"unpickling anything.")
+            f"{self.name} refers to {module}.{name}, which is not one of the classes DCP's metadata is made of: "
+            f"loading it could run code, so it is not loaded (nor is an older checkpoint used in its place). If it is "
+            f"not yours, delete the checkpoint (moved out of the run's folder, the one before it is used). If you "
+            f"wrote it with a torch whose metadata holds other classes, load_sharded(..., trust=True) reads it as "
+            f"torch.distributed.checkpoint does, unpickling anything.")
 
     def persistent_load(self, pid): raise CheckpointError(f"{self.name} is no DCP metadata (it holds persistent ids).")
 
@@ -271,10 +286,13 @@ def read_dcp_metadata(path:Union[str, Path], # a DCP checkpoint's `.metadata`
     path = Path(path)
     if not path.is_file(): raise CheckpointError(f"{path} is missing: the checkpoint is incomplete.")
     data = path.read_bytes()  # small; from memory, a corrupt length cannot make a read wait or grow
-    if not data: raise CheckpointError(f"{path} is empty (0 bytes): its save never finished (a full disk, a failed copy).")
+    if not data:
+        raise CheckpointError(f"{path} is empty (0 bytes): its save never finished (a full disk, a failed copy).")
     try: md = MetadataUnpickler(io.BytesIO(data), path).load()
     except CheckpointError: raise
-    except Exception as e: raise CheckpointError(f"{path} is unreadable (truncated or corrupt): {type(e).__name__}: {str(e)[:200]}") from None
+    except Exception as e:
+        raise CheckpointError(f"{path} is unreadable (truncated or corrupt): "
+                              f"{type(e).__name__}: {str(e)[:200]}") from None
     if not (isinstance(md, Metadata) and isinstance(md.state_dict_metadata, dict) and isinstance(md.storage_data, dict)
             and isinstance(md.storage_meta, (StorageMeta, type(None)))):
         raise CheckpointError(f"{path} is no DCP metadata (it holds {type(md).__name__}).")
@@ -293,7 +311,8 @@ def _check_storage(md:Metadata, folder:Path):
     for rel, size in sorted(need.items()):
         f = folder / rel
         if not f.is_file(): raise CheckpointError(f"{f} is missing: the checkpoint is incomplete.")
-        if f.stat().st_size < size: raise CheckpointError(f"{f} is truncated: {f.stat().st_size} bytes, its index needs {size}.")
+        if f.stat().st_size < size:
+            raise CheckpointError(f"{f} is truncated: {f.stat().st_size} bytes, its index needs {size}.")
 
 # %% ../nbs/01g_sharded.ipynb #4b9f7d21
 class SafeReader(dcp.FileSystemReader):
@@ -322,7 +341,8 @@ class SafePlanner(DefaultLoadPlanner):
 def _trusted_metadata(folder:Path) -> Metadata:
     "DCP's own reading of `.metadata` (pickle: it can run code), for `trust=True`"
     try: md = dcp.FileSystemReader(folder).read_metadata()  # DCP unpickles anything: trust=True only
-    except Exception as e: raise CheckpointError(f"{folder / '.metadata'} is unreadable: {type(e).__name__}: {str(e)[:200]}") from None
+    except Exception as e:
+        raise CheckpointError(f"{folder / '.metadata'} is unreadable: {type(e).__name__}: {str(e)[:200]}") from None
     if not isinstance(md, Metadata) or not isinstance(md.storage_data, dict):
         raise CheckpointError(f"{folder / '.metadata'} is no DCP metadata (it holds {type(md).__name__}).")
     return md
@@ -363,24 +383,28 @@ def _choose_sharded(src:Path, # a checkpoint folder, or a run's folder of them
     "The checkpoint folder `src` names, checked: itself, or the newest good one in it (a warning for each one skipped)"
     kind = checkpoint_kind(src)
     if kind == 'single':
-        raise CheckpointError(f"{src} holds single-file checkpoints written by save_checkpoint (DDP: rank 0's whole copy), "
-                              f"not sharded ones: load it with ddp_nb.train.load_checkpoint into an unsharded model, or put "
-                              f"its weights into a sharded one with load_full_into_sharded(path, model).")
+        raise CheckpointError(f"{src} holds single-file checkpoints written by save_checkpoint (DDP: rank 0's whole "
+                              f"copy), not sharded ones: load it with ddp_nb.train.load_checkpoint into an unsharded "
+                              f"model, or put its weights into a sharded one with load_full_into_sharded(path, model).")
     if (src / 'meta.pt').is_file(): check_sharded(src, trust); return str(src)
     if (src / '.metadata').is_file():
-        raise CheckpointError(f"{src} is a torch.distributed.checkpoint folder without ddp_nb's meta.pt (not written by "
-                              f"save_sharded, or its save was interrupted): load it with torch.distributed.checkpoint.load.")
+        raise CheckpointError(f"{src} is a torch.distributed.checkpoint folder without ddp_nb's meta.pt (not written "
+                              f"by save_sharded, or its save was interrupted): load it with "
+                              f"torch.distributed.checkpoint.load.")
     return newest_good(sharded_checkpoints(src), lambda p: check_sharded(p, trust), f"sharded checkpoints in {src}")
 
 def load_sharded(src:Union[str, Path], # a checkpoint folder from `save_sharded`, or the run's folder (its newest checkpoint)
-                 model:nn.Module, # the model to load into: sharded the same way, another way, or not at all (DCP reshards)
+                 # the model to load into: sharded the same way, another way, or not at all (DCP reshards)
+                 model:nn.Module,
                  optimizer:Optional[torch.optim.Optimizer]=None, # its optimizer
                  scheduler=None, # its LR scheduler
                  loader=None, # this rank's ShardedLoader: continues at the saved position
                  exact:bool=True, # also restore every rank's RNG and position in the epoch (needs the same world size)
-                 alone:bool=False, # load in this process only, without collectives (a world of one beside a process group)
+                 # load in this process only, without collectives (a world of one beside a process group)
+                 alone:bool=False,
                  scaler=None, # the AMP grad scaler
-                 trust:bool=False, # read DCP's index and non-tensor items as DCP does (pickle: they can run code): only for checkpoints you wrote
+                 # read DCP's index and non-tensor items as DCP does (pickle: they can run code): only for checkpoints you wrote
+                 trust:bool=False,
                 ) -> Optional[dict]: # step, epoch, path, extra, world_size and this rank's rank_state; None if there is none
     "Call on every rank (or alone, in one process): restore what `save_sharded` saved"
     together = dist.is_initialized() and not alone
@@ -392,10 +416,12 @@ def load_sharded(src:Union[str, Path], # a checkpoint folder from `save_sharded`
     try:  # every rank reads meta.pt and its own file before anything changes, and all stop together if one cannot
         meta = load_weights_only(path / 'meta.pt')
         if exact and meta['world_size'] != world:
-            raise CheckpointError(f"{path} was saved by {meta['world_size']} ranks and this world has {world}: RNG states and "
-                                  f"data positions are per rank. Start {meta['world_size']} ranks to resume exactly, or pass "
-                                  f"exact=False to load the weights and optimizer (resharded) and start the next epoch.")
-        own = rank if rank < meta['world_size'] else 0  # exact=False on more ranks than saved: rank 0's position in the epoch
+            raise CheckpointError(f"{path} was saved by {meta['world_size']} ranks and this world has {world}: RNG "
+                                  f"states and data positions are per rank. Start {meta['world_size']} ranks to resume "
+                                  f"exactly, or pass exact=False to load the weights and optimizer "
+                                  f"(resharded) and start the next epoch.")
+        # exact=False on more ranks than saved: rank 0's position in the epoch
+        own = rank if rank < meta['world_size'] else 0
         mine = load_weights_only(path / f'rank-{own:05d}.pt')
         if own != rank: mine = dict(mine, state={})
     except CheckpointError as e: err = e
@@ -435,7 +461,8 @@ def load_full_into_sharded(src:Union[str, Path], # a `save_checkpoint` file, or 
     path = Path(path); state = read_checkpoint(path)
     try: set_model_state_dict(unwrap(model), state['model'], options=StateDictOptions(full_state_dict=True))
     except Exception as e:
-        raise CheckpointError(f"{path} holds a different model than the one given: {type(e).__name__}: {str(e)[:400]}") from None
+        raise CheckpointError(f"{path} holds a different model than the one given: "
+                              f"{type(e).__name__}: {str(e)[:400]}") from None
     return dict(step=state['step'], path=path)
 
 # %% ../nbs/01g_sharded.ipynb #be26b3cd

@@ -31,7 +31,8 @@ def _short_stack(text:str, # faulthandler output for one process
     main = [b for b in blocks if 'most recent call first' in b]
     pick = next((b for b in main if 'Current thread' in b), None) or (main[-1] if main else text)
     lines = pick.splitlines()
-    cut = next((i for i, l in enumerate(lines) if '/IPython/' in l or '/ipykernel/' in l), len(lines))  # the engine's own frames
+    # the engine's own frames
+    cut = next((i for i, l in enumerate(lines) if '/IPython/' in l or '/ipykernel/' in l), len(lines))
     lines = lines[:cut]
     return '\n'.join(lines[:1 + keep] + (['  ...'] if len(lines) > keep + 1 else []))
 
@@ -56,15 +57,20 @@ def where(rs:RankSet, # the ranks
     out, sizes, folder = {}, {}, rank_dir()  # this user's private folder for the ranks' files
     for r in ranks:
         p, f = rs.plan[r], Path(stack_file(cluster_id, r, folder))
-        if not rs.is_local(r): out[r] = f"on host {p['host']}: its stack is written there, not here (cl.where reads ranks on this host)"; continue
+        if not rs.is_local(r):
+            out[r] = (f"on host {p['host']}: its stack is written there, not here "
+                      f"(cl.where reads ranks on this host)"); continue
         st = proc_status(p['pid'])
-        if st in ('dead', 'unknown'): out[r] = 'dead' if st == 'dead' else f"on host {p['host']}: stack unavailable from here"; continue
-        if st == psutil.STATUS_STOPPED: out[r] = 'stopped (SIGSTOP or a debugger): no stack until it continues (kill -CONT)'; continue
+        if st in ('dead', 'unknown'):
+            out[r] = 'dead' if st == 'dead' else f"on host {p['host']}: stack unavailable from here"; continue
+        if st == psutil.STATUS_STOPPED:
+            out[r] = 'stopped (SIGSTOP or a debugger): no stack until it continues (kill -CONT)'; continue
         if not f.exists(): out[r] = 'no stack dump installed on this rank (yet)'; continue  # SIGUSR1 would kill it
         sizes[r] = f.stat().st_size
         os.kill(p['pid'], signal.SIGUSR1)
     t_end, t_moved, last = time.monotonic() + wait, time.monotonic(), dict(sizes)
-    while sizes and time.monotonic() < t_end:  # the dumps are written in microseconds once a rank runs: ~0.1 s, not `wait`
+    # the dumps are written in microseconds once a rank runs: ~0.1 s, not `wait`
+    while sizes and time.monotonic() < t_end:
         time.sleep(0.02)
         now = {r: _size(stack_file(cluster_id, r, folder)) for r in sizes}
         if now != last: last, t_moved = now, time.monotonic()
@@ -99,7 +105,8 @@ def group_stacks(stacks:dict, # rank -> stack text or state (`where`)
 def _place(frame:tuple) -> str:
     "'cell line 3 (log_metric)' or 'data.py:88 (next_batch)'"
     f, l, fn = frame
-    return (f"cell line {l}" if _CELL_NAME.search(f) else f"{Path(f).name}:{l}") + ('' if fn == '<module>' else f" ({fn})")
+    return (f"cell line {l}" if _CELL_NAME.search(f)
+            else f"{Path(f).name}:{l}") + ('' if fn == '<module>' else f" ({fn})")
 
 def group_header(ranks:list, # the group's ranks
                  text:str, # its stack, or its state
@@ -166,10 +173,13 @@ def rank_activity(stack:str, # the rank's stack, or its state (`where`)
     top = frames[0][0]
     if _IN_COLLECTIVE.search(top) or (pending and (_TORCH.search(top) or (call or '').endswith('.wait'))):
         x = pending[-1] if pending else None
-        name = f"{x['op']} #{x['seq']}" + ('' if x['pg'] == 'default' else f" on group {x['pg']}") if x else frames[0][2]
-        return 'waits', 'waits', f"in {name}" + (f" at {_place(user)}" if user else f" ({Path(top).name}:{frames[0][1]})")
+        name = (f"{x['op']} #{x['seq']}" + ('' if x['pg'] == 'default' else f" on group {x['pg']}") if x
+                else frames[0][2])
+        return 'waits', 'waits', f"in {name}" + (f" at {_place(user)}" if user
+                                                 else f" ({Path(top).name}:{frames[0][1]})")
     if user is None: return 'runs', 'is', f"in {frames[0][2]} ({Path(top).name}:{frames[0][1]})"
-    name = call or (None if user is frames[0] or _OURS.search(top) else frames[0][2])  # ddp_nb's own frames are never named
+    # ddp_nb's own frames are never named
+    name = call or (None if user is frames[0] or _OURS.search(top) else frames[0][2])
     if name: return 'runs', 'is', f"in {name} at {_place(user)}"
     return 'runs', 'is', f"at {_place(user)}" + (f": `{_cut(text)}`" if text else '')
 
@@ -242,7 +252,8 @@ class Interrupted(KeyboardInterrupt):
     def __init__(self, msg:str='', calm:bool=False, shown:bool=False):
         super().__init__(msg)
         self.calm, self.shown = calm, shown
-    def _render_traceback_(self): return [] if self.shown else [str(self)]  # IPython without the hook: the line, no traceback
+    def _render_traceback_(self):  # IPython without the hook: the line, no traceback
+        return [] if self.shown else [str(self)]
 
 class ClusterGone(RuntimeError):
     "The cluster's controller is gone (stopped or killed outside this notebook): nothing sent to the ranks can arrive"
@@ -274,7 +285,8 @@ def cell_place(err, # a RemoteError
     try: tb = '\n'.join(err.render_traceback())
     except Exception: return None
     lines = re.sub(r'\x1b\[[0-9;]*m', '', tb).splitlines()
-    plain = any(l.strip() == 'Traceback (most recent call last):' for l in lines)  # a frame's line follows its header; else an arrow marks it
+    # a frame's line follows its header; else an arrow marks it
+    plain = any(l.strip() == 'Traceback (most recent call last):' for l in lines)
     place = line = None
     for l in lines:
         m = re.match(r'\s*(?:Cell )?In\[\d+\], line (\d+)', l)
@@ -299,7 +311,8 @@ class Watch:
 class Limits:
     "How long a `Supervisor` waits (a `DDPCluster` is one: `cl.grace`, `cl.hang_after`, read at every look)"
     grace = 2.0  # seconds the other ranks get to finish after one fails, before they count as stuck
-    hang_after = 'auto'  # seconds without progress before the watchdog reports a hang; 'auto': `hang_limit`; None: never
+    # seconds without progress before the watchdog reports a hang; 'auto': `hang_limit`; None: never
+    hang_after = 'auto'
 
 class Supervisor:
     "Watches every task sent to the ranks: ends ranks left stuck by a failed one, reports hangs, and fails with one clear `RankFailure`"
@@ -309,7 +322,8 @@ class Supervisor:
                  progress=lambda: None, # returns the dashboard's `Collector` (its reports are progress), or None
                  death=lambda rank, pid: 'died', # how the engine of a rank (its process `pid`) ended, in words
                  limits=None, # has `grace` and `hang_after` (`Limits`, or the cluster); None: `Limits()`
-                 gone=lambda: None, # the message if the cluster's controller is gone (stopped outside this notebook), else None
+                 # the message if the cluster's controller is gone (stopped outside this notebook), else None
+                 gone=lambda: None,
                  on_gone=lambda why: None, # called once the controller is found gone, to stop what is left
                 ):
         self.rs, self.cluster_id, self.timeout, self.progress, self.death = rs, cluster_id, timeout, progress, death
@@ -333,7 +347,8 @@ class Supervisor:
 
     def watched(self, view):
         "`view` (a DirectView), its tasks supervised by the background watcher, blocking or not, and checked before they are sent (`ready`)"
-        return supervised_view(view, lambda ar, blocking: self.watch(ar, blocking=blocking, result=True), before=self.ready)
+        return supervised_view(view, lambda ar, blocking: self.watch(ar, blocking=blocking, result=True),
+                               before=self.ready)
 
     def claim_all(self):
         "Take every watched task from the watcher (interrupt and restart report on them themselves)"
@@ -386,18 +401,24 @@ class Supervisor:
                 w.lost += silent
                 gone = silent + rs.gone()
                 stuck = [r for r in running if r not in gone]
-                if stuck:  # the local dead are reported soon; the stuck are ended, and reported dead once their engines are gone
+                # the local dead are reported soon; the stuck are ended, and reported dead once their engines are gone
+                if stuck:
                     w.desync = self.desync(states)  # which collective they wait in, read before they are ended
-                    w.doing = self.doing(stuck, rs)  # and each one's stack: waiting in a collective, or running outside any
+                    # and each one's stack: waiting in a collective, or running outside any
+                    w.doing = self.doing(stuck, rs)
                     stopped = stopped_ranks(rs, stuck)  # a stopped rank is a cause, not a victim
                     rs.end(stopped, why='was stopped (SIGSTOP or a debugger) while running the cell, and was ended')
-                    rs.end([r for r in stuck if r not in stopped], why=f'was still running {self.limits.grace:g}s after another rank failed, and was ended')
+                    rs.end([r for r in stuck if r not in stopped],
+                           why=f'was still running {self.limits.grace:g}s after another rank failed, and was ended')
                     w.stopped += stopped; w.ended += [r for r in stuck if r not in stopped]
                     deadline = time.monotonic() + 10
-                    while any(rs.states(ar).get(r, ('',))[0] == 'running' for r in stuck) and time.monotonic() < deadline: ar.wait(0.05)
+                    while (any(rs.states(ar).get(r, ('',))[0] == 'running' for r in stuck)
+                           and time.monotonic() < deadline):
+                        ar.wait(0.05)
         elif self.limits.hang_after is not None and not w.hung and self._hanging(w, running, states):
             w.hung = True
-            self.hang_report(running, now - w.t0, finished=[r for r, (s, _) in states.items() if s in ('ok', 'stopped')])
+            self.hang_report(running, now - w.t0,
+                             finished=[r for r, (s, _) in states.items() if s in ('ok', 'stopped')])
         return False
 
 # %% ../nbs/02c_supervise.ipynb #da6ae9b3
@@ -413,7 +434,8 @@ def hang_limit(interval:float|None, # seconds between the running ranks' reports
 
 def desync_states(rs:RankSet, states:dict) -> dict:
     "rank -> the words of `collectives.desync_report` ('running', 'finished', 'raised', 'dead', 'stopped', 'lost') for a task's states"
-    words = {'ok': 'finished', 'stopped': 'finished', 'error': 'raised', 'dead': 'dead', 'lost': 'lost'}  # (a cooperative stop finished)
+    # (a cooperative stop finished)
+    words = {'ok': 'finished', 'stopped': 'finished', 'error': 'raised', 'dead': 'dead', 'lost': 'lost'}
     out = {r: words.get(s, 'running') for r, (s, _) in states.items()}
     for r in stopped_ranks(rs, [r for r, v in out.items() if v == 'running']): out[r] = 'stopped'
     return out
@@ -463,12 +485,15 @@ def _hanging(self:Supervisor, w:Watch, running:list, states:dict) -> bool:
     w.t_stop = (w.t_stop or time.monotonic()) if stopped else None
     if stopped and time.monotonic() - w.t_stop > self.limits.grace: return True
     finished = any(s in ('ok', 'stopped') for s, _ in states.values())
-    reps = self._reports(running, since=time.time() - (time.monotonic() - w.t0))  # this cell's: an earlier cell's pace says nothing
+    # this cell's: an earlier cell's pace says nothing
+    reps = self._reports(running, since=time.time() - (time.monotonic() - w.t0))
     auto, interval = self.limits.hang_after == 'auto', report_interval(reps)
     limit = hang_limit(interval, finished, self.timeout) if auto else self.limits.hang_after
-    lag = 3 * max((every for _, every in reps.values()), default=0.)  # reports arrive a batch interval late (many ranks: seconds)
+    # reports arrive a batch interval late (many ranks: seconds)
+    lag = 3 * max((every for _, every in reps.values()), default=0.)
     quiet = stalled(reps, w.t0)
-    if auto and not finished and interval is None and quiet > max(limit, lag):  # a silent cell: is anybody waiting for anybody?
+    # a silent cell: is anybody waiting for anybody?
+    if auto and not finished and interval is None and quiet > max(limit, lag):
         limit = hang_limit(None, timeout=self.timeout, waiting=self._waiting(w, running))
     return quiet > max(limit, lag)
 
@@ -526,11 +551,13 @@ def hang_report(self:Supervisor, running:list, waited:float, finished:list=()):
     print(_cap(verdict), file=sys.stderr)
     desync = self.desync({**{r: ('running', None) for r in running}, **{r: ('ok', None) for r in finished}})
     if desync: print(desync[:1].upper() + desync[1:], file=sys.stderr)
-    if finished: print(f"{_cap(_rank_list(finished, n))} already FINISHED the cell while {_rank_list(running, n)} wait: a collective that "
-                       f"{_rank_list(finished, n)} skipped (one inside `if rank == ...:`)? Every rank must issue the same collectives.", file=sys.stderr)
+    if finished:
+        print(f"{_cap(_rank_list(finished, n))} already FINISHED the cell while {_rank_list(running, n)} wait: a "
+              f"collective that {_rank_list(finished, n)} skipped (one inside `if rank == ...:`)? Every rank "
+              f"must issue the same collectives.", file=sys.stderr)
     show_stacks(self.rs, stacks, file=sys.stderr)
-    print("Ways out: the stop button or cl.interrupt() (ranks stuck in a collective are ended), cl.restart() to replace "
-          "stuck ranks, or wait if this is a slow step (set cl.hang_after to more seconds).", file=sys.stderr)
+    print("Ways out: the stop button or cl.interrupt() (ranks stuck in a collective are ended), cl.restart() to "
+          "replace stuck ranks, or wait if this is a slow step (set cl.hang_after to more seconds).", file=sys.stderr)
 
 # %% ../nbs/02c_supervise.ipynb #0b0c064b
 def issued_counts(rs:RankSet, ranks:list|None=None, # ranks to ask; None: all
@@ -547,7 +574,8 @@ def rank_lines(others:list, # [(rank, what follows 'rank R' in its line)]
     if n <= FEW: return [f"  rank {r}{t}" for r, t in others]
     groups = {}
     for r, t in others: groups.setdefault(t, []).append(r)
-    return [f"  rank {rs[0]}{t}" if len(rs) == 1 else f"  ranks {rank_ranges(rs)}{t.replace(' its state', ' their state')}"
+    return [f"  rank {rs[0]}{t}" if len(rs) == 1
+            else f"  ranks {rank_ranges(rs)}{t.replace(' its state', ' their state')}"
             for t, rs in sorted(groups.items(), key=lambda g: g[1][0])]
 
 @patch
@@ -559,29 +587,35 @@ def failure(self:Supervisor, states:dict, first:list, ended:list, cell:str='the 
            ) -> RankFailure:
     "The error for a cell that failed: the first failing rank's traceback, then one line per other rank, then what to do"
     rs, n = rs or self.rs, len(states)
-    why = {r: w for r in states if states[r][0] == 'dead' and r not in ended and (w := rs.ended_why(r))}  # ended on purpose: no deaths
+    # ended on purpose: no deaths
+    why = {r: w for r in states if states[r][0] == 'dead' and r not in ended and (w := rs.ended_why(r))}
     dead = [r for r in first if states[r][0] in ('dead', 'lost') and r not in ended and r not in why]
-    origin = dead[0] if dead else stopped[0] if stopped else first[0]  # a death explains the errors of the ranks that were talking to it
+    # a death explains the errors of the ranks that were talking to it
+    origin = dead[0] if dead else stopped[0] if stopped else first[0]
     self.last_origin = origin  # where `cl.postmortem()` looks by default
     state, err = states[origin]
     host = rs.plan[origin]['host']
     on_host = [r for r in sorted(states) if rs.plan[r]['host'] == host]
-    whole = len(on_host) > 1 and all(states[r][0] in ('dead', 'lost') for r in on_host) and len(on_host) < len(states) and not why
+    whole = (len(on_host) > 1 and all(states[r][0] in ('dead', 'lost') for r in on_host) and len(on_host) < len(states)
+             and not why)
     if origin in why:
         head, detail = f"{rs.describe(origin)} {why[origin]}: its state is lost.", ''
     elif state == 'lost':
         head = (f"Host {host} (ranks {_ids(on_host, n)}) stopped answering while running the cell" if whole else
                 f"{rs.describe(origin)} stopped answering while running the cell") + \
-               ": its engines and their nannies are gone, stopped, or cut off from this notebook (host down, network, out of memory?)."
+               (": its engines and their nannies are gone, stopped, or cut off from this notebook (host down, network, "
+                "out of memory?).")
         detail = ''
     elif state == 'dead':
-        head = (f"Host {host}: every rank there ({_ids(on_host, n)}) ended while running the cell; {rs.describe(origin)} "
-                if whole else f"{rs.describe(origin)} ") + f"{self.death(origin, rs.plan[origin]['pid'])} while running the cell."
+        head = ((f"Host {host}: every rank there ({_ids(on_host, n)}) ended while running the cell; "
+                 f"{rs.describe(origin)} " if whole else f"{rs.describe(origin)} ")
+                + f"{self.death(origin, rs.plan[origin]['pid'])} while running the cell.")
         detail = ''
     else:
         head = f"{rs.describe(origin)} raised {_one_line(err)}"
         detail = f"--- traceback of rank {origin}, where it started:\n{_traceback(err, cell)}"
-    timed_out = state == 'error' and re.search(r'timed? ?out', _one_line(err), re.I) is not None  # the group's timeout ended its collective
+    # the group's timeout ended its collective
+    timed_out = state == 'error' and re.search(r'timed? ?out', _one_line(err), re.I) is not None
     others = []  # (rank, what follows 'rank R')
     for r in sorted(states):
         if r == origin: continue
@@ -590,7 +624,8 @@ def failure(self:Supervisor, states:dict, first:list, ended:list, cell:str='the 
         elif r in why: others.append((r, f": {why[r]}: its state is lost."))
         elif s == 'dead': others.append((r, f" (host {rs.plan[r]['host']}): {self.death(r, rs.plan[r]['pid'])}."))
         elif s == 'lost': others.append((r, f" (host {rs.plan[r]['host']}): stopped answering too."))
-        elif s == 'error' and r in first and _one_line(e) == _one_line(err): others.append((r, ": raised the same error."))
+        elif s == 'error' and r in first and _one_line(e) == _one_line(err):
+            others.append((r, ": raised the same error."))
         elif s == 'error': others.append((r, f": then failed too: {_one_line(e)}"))
         elif s in ('ok', 'stopped'): others.append((r, ": finished the cell."))
     lines = [head] + rank_lines(others, n)
@@ -600,13 +635,18 @@ def failure(self:Supervisor, states:dict, first:list, ended:list, cell:str='the 
     now = self.rs.plan  # a rank replaced since the task was sent has another engine now
     replaced = [r for r in lost if r < len(now) and now[r]['pid'] != rs.plan[r]['pid']]
     left = [r for r in lost if r not in replaced]
-    if replaced: lines.append(f"cl.restart() has replaced {_rank_list(replaced, n)} since: re-run your setup cells, which the new ranks have not run.")
-    if left: lines.append((f"{_cap(_rank_list(kept, n))} kept their state. " if kept else '') + f"cl.restart() replaces {_rank_list(left, n)} (their state is lost) "
-                          "and forms a new process group; then re-run your setup cells, which the new ranks have not run.")
+    if replaced:
+        lines.append(f"cl.restart() has replaced {_rank_list(replaced, n)} since: re-run your setup cells, "
+                     f"which the new ranks have not run.")
+    if left:
+        lines.append((f"{_cap(_rank_list(kept, n))} kept their state. " if kept else '')
+                     + f"cl.restart() replaces {_rank_list(left, n)} (their state is lost) "
+                     "and forms a new process group; then re-run your setup cells, which the new ranks have not run.")
     elif not lost and any(states[r][0] == 'error' for r in states) and len(first) < len(states):
         counts = issued_counts(rs, sorted(states))  # a plain error on one rank leaves the group in step: no advice then
         if counts is not None and len(set(counts.values())) > 1:
-            lines.append(f"The ranks are out of step (collectives issued: {counts}): cl.reform() re-creates the process group.")
+            lines.append(f"The ranks are out of step (collectives issued: {counts}): "
+                         f"cl.reform() re-creates the process group.")
     return RankFailure('\n'.join(lines), detail)
 
 @patch
@@ -616,16 +656,19 @@ def _ended_line(self:Supervisor, act:tuple|None, # what the rank was doing when 
                ) -> str:
     "What follows 'rank R' for a rank ended because it still ran `grace` s after rank `origin` failed: what it was doing, as its stack said"
     g, end = self.limits.grace, ", and was ended: its state is lost."
-    if act and act[0] == 'waits': return f": was still running {g:g}s after, waiting {act[2]} (most likely for rank {origin})" + end
+    if act and act[0] == 'waits':
+        return f": was still running {g:g}s after, waiting {act[2]} (most likely for rank {origin})" + end
     if act and act[0] == 'runs':
         return (f": was still running {g:g}s after, outside any collective ({act[2]})"
                 + (f": rank {origin}'s collective timed out waiting for it" if timed_out else '') + end)
-    return f": was still running {g:g}s after (most likely waiting for rank {origin} in a collective) and was ended: its state is lost."
+    return (f": was still running {g:g}s after (most likely waiting for rank {origin} in a collective) "
+            f"and was ended: its state is lost.")
 
 @patch
 def _failure(self:Supervisor, w:Watch) -> RankFailure:
     "The error for a watched task that failed"
-    return self.failure(w.states, w.first, w.ended, w.cell, getattr(w, 'desync', None), rs=w.rs, stopped=w.stopped, doing=getattr(w, 'doing', None))
+    return self.failure(w.states, w.first, w.ended, w.cell, getattr(w, 'desync', None), rs=w.rs, stopped=w.stopped,
+                        doing=getattr(w, 'doing', None))
 
 # %% ../nbs/02c_supervise.ipynb #c3bd903e
 @patch
@@ -645,7 +688,8 @@ def _loop(self:Supervisor, every:float=0.1, # seconds between looks
             if w.claimed or not self.active or not w.lock.acquire(blocking=False): continue
             try:
                 if not w.done and self.step(w): w.done, w.t_done = True, time.monotonic()
-                if w.gone: self._notice_gone(w)  # at once: the cluster is being stopped here too, and this thread with it
+                # at once: the cluster is being stopped here too, and this thread with it
+                if w.gone: self._notice_gone(w)
                 elif w.done and w.t_done and time.monotonic() - w.t_done > notice_after:
                     w.t_done = None
                     if not w.claimed: self._notice(w)
@@ -668,7 +712,8 @@ def _notice_gone(self:Supervisor, w:Watch):
     "Say once that the tasks nobody waits for cannot finish: the cluster was stopped outside this notebook"
     if getattr(self, '_said_gone', False) or w.blocking: return
     self._said_gone = True
-    print(f"[ddp_nb] a task started in {w.cell} without waiting for it ({task_name(w.ar)}) cannot finish. {w.gone}", file=sys.stderr, flush=True)
+    print(f"[ddp_nb] a task started in {w.cell} without waiting for it ({task_name(w.ar)}) cannot finish. {w.gone}",
+          file=sys.stderr, flush=True)
 
 # %% ../nbs/02c_supervise.ipynb #b7e2d4a1
 @patch
@@ -678,7 +723,8 @@ def result(self:Supervisor, ar, # a task sent through a supervised view
     "Before `ar.get()` returns or raises: wait as a blocking cell does, and raise the error it would (ranks named, the cause first; `ClusterGone` once the controller is gone). A blocking call's errors stay ipyparallel's"
     w, deadline = self.watch(ar), None if timeout is None else time.monotonic() + timeout
     if not (self.active or ar.ready() or w.gone or w.interrupted):  # its answer can never come
-        raise RuntimeError(f"The cluster was stopped (cl.stop()) before this task ({task_name(ar)}, sent in {w.cell}) finished: its result is lost.")
+        raise RuntimeError(f"The cluster was stopped (cl.stop()) before this task ({task_name(ar)}, sent in "
+                           f"{w.cell}) finished: its result is lost.")
     if w.blocking:  # the background watcher supervises it: only the controller is looked at here
         while not ar.ready() and not self.outside():
             if deadline is not None and time.monotonic() >= deadline: return
@@ -703,13 +749,15 @@ def relabel(self:Supervisor, w:Watch, err, # ipyparallel's own error of the task
            ):
     "Make ipyparallel's error of a blocking call (`cl.run`, `cl.view.execute`, `cl.view['x']`) show by rank: each rank's traceback under '--- rank R', a rank with the same error named once, a death said as one; no engine ids, no frames of ipyparallel's. Its type stays ipyparallel's"
     items = getattr(err, 'elist', None)
-    if items is None: items = [(err.ename, err.evalue, err.traceback, err.engine_info)] if hasattr(err, 'engine_info') else []
+    if items is None:
+        items = [(err.ename, err.evalue, err.traceback, err.engine_info)] if hasattr(err, 'engine_info') else []
     rs = w.rs or self.rs
     ranks, lines, first = rs.rank_of_engine(), [], {}
     for ename, evalue, tb, ei in items:
         r = ranks.get((ei or {}).get('engine_id'))
         who = f"rank {r}" if r is not None else 'a rank'
-        if ename == 'EngineError' and r is not None: lines.append(f"--- {rs.describe(r)} {self.death(r, rs.plan[r]['pid'])} while running it."); continue
+        if ename == 'EngineError' and r is not None:
+            lines.append(f"--- {rs.describe(r)} {self.death(r, rs.plan[r]['pid'])} while running it."); continue
         same = first.setdefault((ename, str(evalue)), who)
         if same != who: lines.append(f"--- {who}: raised the same error as {same}."); continue
         lines += [f"--- {who}:"] + clean_traceback(tb or f"{ename}: {evalue}", w.cell).strip('\n').splitlines()
@@ -734,8 +782,10 @@ def stop_line(states:dict, # rank -> (state, error) of the interrupted task (`Ra
              ) -> str|None: # None unless every rank stopped cooperatively
     "The one line for a cooperative stop: 'stopped at step 37/150 on every rank — re-run the cell to continue' (`StopRequested` says where)"
     if not states or any(s != 'stopped' for s, _ in states.values()): return None
-    where = {r: (str(getattr(e, 'evalue', '') or '').strip().splitlines() or ['stopped'])[0] for r, (_, e) in states.items()}
-    if len(set(where.values())) == 1: return f"{next(iter(where.values()))} on every rank — re-run the cell to continue"
+    where = {r: (str(getattr(e, 'evalue', '') or '').strip().splitlines() or ['stopped'])[0]
+             for r, (_, e) in states.items()}
+    if len(set(where.values())) == 1:
+        return f"{next(iter(where.values()))} on every rank — re-run the cell to continue"
     return f"every rank stopped, at different places: {_by_rank(where)} — re-run the cell to continue"
 
 def interrupted_line(states:dict, # rank -> (state, error) of the interrupted task; {}: unknown
@@ -745,7 +795,8 @@ def interrupted_line(states:dict, # rank -> (state, error) of the interrupted ta
         if s == 'ok': return 'had finished the cell'
         if s == 'stopped': return (str(getattr(e, 'evalue', '') or '').strip().splitlines() or ['stopped'])[0]
         at = cell_place(e)
-        if getattr(e, 'ename', None) == 'KeyboardInterrupt': return f"was at {at}" if at else "was outside the cell's code"
+        if getattr(e, 'ename', None) == 'KeyboardInterrupt':
+            return f"was at {at}" if at else "was outside the cell's code"
         return f"raised {_one_line(e)}" + (f" at {at}" if at else '')
     parts = {r: what(s, e) for r, (s, e) in states.items()}
     if not parts: return 'interrupted'
@@ -753,13 +804,15 @@ def interrupted_line(states:dict, # rank -> (state, error) of the interrupted ta
     return f"interrupted: {_by_rank(parts)}"
 
 @patch
-def ready(self:Supervisor, targets=None, # engine ids a task is about to go to (an int, a list), or None / 'all': every rank
+def ready(self:Supervisor,
+          targets=None, # engine ids a task is about to go to (an int, a list), or None / 'all': every rank
          ):
     "Before a task is sent: fail at once if the cluster was stopped outside this notebook, or, naming them, if ranks it goes to died while idle"
     why = self.outside(every=0)
     if why: raise ClusterGone(why)
     rs = self.rs
-    ids = {targets} if isinstance(targets, int) else set(targets) if isinstance(targets, (list, tuple, range)) else set(rs.engine_ids())
+    ids = ({targets} if isinstance(targets, int) else set(targets) if isinstance(targets, (list, tuple, range))
+           else set(rs.engine_ids()))
     dead = [r for r in rs.gone() if rs.plan[r]['engine_id'] in ids]
     if dead: raise self.idle_failure(dead)
 
@@ -770,12 +823,14 @@ def idle_failure(self:Supervisor, dead:list, # ranks whose engine died between c
     rs, n, one = self.rs, len(self.rs), len(dead) == 1
     kept = [r for r in range(n) if r not in dead]
     lines = [f"{rs.describe(r)} {self._idle_death(r)} while idle, between cells." for r in dead]
-    lines.append(f"cl.restart() replaces {'it' if one else 'them'} ({'its' if one else 'their'} state is lost" + (f"; {_rank_list(kept, n)} keep theirs" if kept else '')
+    lines.append(f"cl.restart() replaces {'it' if one else 'them'} ({'its' if one else 'their'} state is lost"
+                 + (f"; {_rank_list(kept, n)} keep theirs" if kept else '')
                  + ") and forms a new process group; then re-run your setup cells. This cell was not sent.")
     return RankFailure('\n'.join(lines))
 
 @patch
-def _idle_death(self:Supervisor, r:int, wait:float=2, # seconds to wait for the exit status (its launcher looks each second)
+def _idle_death(self:Supervisor, r:int,
+                wait:float=2, # seconds to wait for the exit status (its launcher looks each second)
                ) -> str:
     "How the engine of rank `r` ended, once known"
     deadline = time.monotonic() + wait

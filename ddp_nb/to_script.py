@@ -16,7 +16,8 @@ __all__ = ['Cell', 'SKIP_TAG', 'GPU_FLAGS', 'RANK_CALLS', 'PREDEFINED', 'EXTRA',
            'parse_set', 'check_values', 'script_text', 'sbatch_text', 'to_script']
 
 # %% ../nbs/02j_to_script.ipynb #a0f28c9d
-Cell = namedtuple('Cell', 'number kind code ranks magic source gpus', defaults=(None,))  # number counts from 1 (markdown cells too); magic: the %%px/%%rank line; gpus: 'cuda', 'multigpu' or None
+# number counts from 1 (markdown cells too); magic: the %%px/%%rank line; gpus: 'cuda', 'multigpu' or None
+Cell = namedtuple('Cell', 'number kind code ranks magic source gpus', defaults=(None,))
 SKIP_TAG = 'skip-script'
 GPU_FLAGS = ('cuda', 'multigpu')  # nbdev's test flags (settings.ini tst_flags) of cells that need a GPU, or two or more
 
@@ -61,7 +62,8 @@ def cell_of(number:int, # the cell's place in the notebook, from 1
     if re.match(r'%%rank(\s|$)', first):
         spec = rank_magic_args(first[6:])[0] or 'all'  # as the notebook's %%rank reads it
         code = '\n'.join(lines[1:])
-        return Cell(number, 'px' if spec == 'all' else 'rank', code, None if spec == 'all' else spec, first, source, gpu_flag(code))
+        return Cell(number, 'px' if spec == 'all' else 'rank', code, None if spec == 'all' else spec, first, source,
+                    gpu_flag(code))
     body = [l for l in lines if l.strip() and not l.strip().startswith('#')]
     if body and all(re.match(r'%px\s', l) for l in body):
         code = '\n'.join(re.sub(r'^%px\s', '', l) for l in lines)
@@ -137,7 +139,8 @@ def cell_names(code:str) -> tuple: # (names bound at module level, module-level 
     return bound, read
 
 # %% ../nbs/02j_to_script.ipynb #b949575b
-RANK_CALLS = ('push', 'scatter', 'run', 'call', 'execute', 'apply', 'apply_sync', 'apply_async', 'map', 'map_sync', 'run_script', 'update')
+RANK_CALLS = ('push', 'scatter', 'run', 'call', 'execute', 'apply', 'apply_sync', 'apply_async', 'map', 'map_sync',
+              'run_script', 'update')
 
 def _plain(code:str) -> ast.Module|None:
     "The cell parsed, IPython syntax turned into Python first; None if it does not parse"
@@ -154,32 +157,42 @@ def cluster_names(cells:list) -> set:
     for c in cells:
         tree = _plain(c.code) if c.kind == 'kernel' else None
         for n in ast.walk(tree) if tree else ():
-            makes = lambda v: any(isinstance(x, ast.Name) and x.id == 'DDPCluster' or isinstance(x, ast.Attribute) and x.attr == 'DDPCluster' for x in ast.walk(v))
+            makes = lambda v: any(isinstance(x, ast.Name) and x.id == 'DDPCluster' or isinstance(x, ast.Attribute)
+                                  and x.attr == 'DDPCluster' for x in ast.walk(v))
             if isinstance(n, ast.Assign) and makes(n.value): out |= {t.id for t in n.targets if isinstance(t, ast.Name)}
-            if isinstance(n, ast.withitem) and n.optional_vars is not None and isinstance(n.optional_vars, ast.Name) and makes(n.context_expr): out.add(n.optional_vars.id)
+            if (isinstance(n, ast.withitem) and n.optional_vars is not None and isinstance(n.optional_vars, ast.Name)
+                and makes(n.context_expr)):
+                out.add(n.optional_vars.id)
     return out
 
 def _on_cluster(node, clusters:set) -> bool:
     "`node` is a cluster (`cl`) or its view (`cl.view`)"
     if isinstance(node, ast.Name): return node.id in clusters
-    return isinstance(node, ast.Attribute) and node.attr == 'view' and isinstance(node.value, ast.Name) and node.value.id in clusters
+    return (isinstance(node, ast.Attribute) and node.attr == 'view' and isinstance(node.value, ast.Name)
+            and node.value.id in clusters)
 
 def kernel_effects(code:str, # a kernel cell
                    clusters:set={'cl'}, # names bound to the cluster
                   ) -> tuple: # (names pushed to the ranks, calls that ran code on them as 'cl.run', objects pushed by name)
     "The names a kernel cell sends to the ranks, the calls with which it runs code there, and the functions/classes/modules it pushes by name"
     tree, pushed, calls, objects = _plain(code), set(), [], []
-    for n in sorted((n for n in ast.walk(tree) if hasattr(n, 'lineno')), key=lambda n: (n.lineno, n.col_offset)) if tree else ():
-        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and _on_cluster(n.func.value, clusters) and n.func.attr in RANK_CALLS:
+    for n in sorted((n for n in ast.walk(tree) if hasattr(n, 'lineno')),
+                    key=lambda n: (n.lineno, n.col_offset)) if tree else ():
+        if (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and _on_cluster(n.func.value, clusters)
+            and n.func.attr in RANK_CALLS):
             calls.append(ast.unparse(n.func))
             if n.func.attr in ('push', 'update'):
                 pushed |= {k.arg for k in n.keywords if k.arg}
                 for a in n.args:
-                    if isinstance(a, ast.Dict): pushed |= {k.value for k in a.keys if isinstance(k, ast.Constant) and isinstance(k.value, str)}
-                    elif isinstance(a, ast.Name): pushed.add(a.id); objects.append(a.id)  # a function or class, pushed under its name
-                    elif isinstance(a, ast.Call) and isinstance(a.func, ast.Name) and a.func.id == 'dict': pushed |= {k.arg for k in a.keywords if k.arg}
+                    if isinstance(a, ast.Dict):
+                        pushed |= {k.value for k in a.keys if isinstance(k, ast.Constant) and isinstance(k.value, str)}
+                    # a function or class, pushed under its name
+                    elif isinstance(a, ast.Name): pushed.add(a.id); objects.append(a.id)
+                    elif isinstance(a, ast.Call) and isinstance(a.func, ast.Name) and a.func.id == 'dict':
+                        pushed |= {k.arg for k in a.keywords if k.arg}
             if n.func.attr == 'scatter' and n.args and isinstance(n.args[0], ast.Constant): pushed.add(n.args[0].value)
-        if isinstance(n, ast.Subscript) and _on_cluster(n.value, clusters) and isinstance(n.slice, ast.Constant) and isinstance(n.slice.value, str):
+        if (isinstance(n, ast.Subscript) and _on_cluster(n.value, clusters) and isinstance(n.slice, ast.Constant)
+            and isinstance(n.slice.value, str)):
             if isinstance(n.ctx, ast.Store): pushed.add(n.slice.value); calls.append(ast.unparse(n.value) + '[...] =')
             else: calls.append(ast.unparse(n.value) + '[...]')
     return pushed, list(dict.fromkeys(calls)), objects
@@ -205,8 +218,10 @@ def carried(cells:list) -> dict: # kernel cell number -> [(name, the cell that d
         for n in kernel_effects(c.code, clusters)[2]:
             if n not in defs: continue
             mine = out.setdefault(c.number, [])
-            for m in sorted(cell_names(defs[n][1])[1]):  # the kernel's imports it reads come along (a module is no value)
-                if m in defs and defs[m][1].startswith(('import ', 'from ')) and all(m != k for k, _, _ in mine): mine.append((m, *defs[m]))
+            # the kernel's imports it reads come along (a module is no value)
+            for m in sorted(cell_names(defs[n][1])[1]):
+                if m in defs and defs[m][1].startswith(('import ', 'from ')) and all(m != k for k, _, _ in mine):
+                    mine.append((m, *defs[m]))
             if all(n != k for k, _, _ in mine): mine.append((n, *defs[n]))
     return out
 
@@ -214,7 +229,8 @@ def carried(cells:list) -> dict: # kernel cell number -> [(name, the cell that d
 def star_imports(code:str) -> list: # modules imported with *
     "The modules `code` imports everything from"
     tree = _plain(code)
-    return [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level == 0 and any(a.name == '*' for a in n.names)] if tree else []
+    return ([n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level == 0
+             and any(a.name == '*' for a in n.names)] if tree else [])
 
 def star_names(module:str) -> set|None: # None: not known
     "The names `from module import *` binds, from the module's `__all__`, found without importing it"
@@ -224,7 +240,8 @@ def star_names(module:str) -> set|None: # None: not known
     except (ImportError, ValueError): return None
     if spec is None: return None
     if not rest: paths = [Path(spec.origin)] if spec.origin else []
-    else: paths = [q for p in spec.submodule_search_locations or [] for q in (Path(p, *rest[:-1], rest[-1] + '.py'), Path(p, *rest, '__init__.py'))]
+    else: paths = [q for p in spec.submodule_search_locations or []
+                   for q in (Path(p, *rest[:-1], rest[-1] + '.py'), Path(p, *rest, '__init__.py'))]
     for p in paths:
         if not p.is_file() or p.suffix != '.py': continue
         try: tree = ast.parse(p.read_text())
@@ -236,7 +253,8 @@ def star_names(module:str) -> set|None: # None: not known
     return None
 
 # %% ../nbs/02j_to_script.ipynb #e5a1b893
-PREDEFINED = ('rank', 'local_rank', 'world_size', 'local_world_size', 'device', 'torch', 'dist', 'DDP', 'report')  # `rank.namespace()`
+# `rank.namespace()`
+PREDEFINED = ('rank', 'local_rank', 'world_size', 'local_world_size', 'device', 'torch', 'dist', 'DDP', 'report')
 EXTRA = {'display': 'from IPython.display import display'}  # IPython's built-ins that a script can import
 
 def ipython_lines(code:str) -> list: # the lines that are IPython syntax, not Python
@@ -254,29 +272,42 @@ def _flow(cells:list, given=()) -> tuple: # (problems by cell number, {name: (th
     names = {}
     for c in exported:
         ipy = ipython_lines(c.code)
-        if ipy: problem(c, f"IPython syntax that plain Python cannot run: {'; '.join(l.strip() for l in ipy[:3])} (write Python, or tag the cell {SKIP_TAG})"); continue
+        if ipy:
+            problem(c,
+                    f"IPython syntax that plain Python cannot run: {'; '.join(l.strip() for l in ipy[:3])} (write "
+                    f"Python, or tag the cell {SKIP_TAG})"); continue
         try: names[c.number] = cell_names(c.code)
         except SyntaxError as e: problem(c, f"syntax error: {e}")
     carry = carried(cells)
     for k, defs in carry.items(): names[k] = cell_names('\n'.join(src for _, _, src in defs))
-    defined = set(PREDEFINED) | set(dir(builtins)) | set(EXTRA) | {'__file__', '__name__'} | {n for b, _ in names.values() for n in b} | given
+    defined = (set(PREDEFINED) | set(dir(builtins)) | set(EXTRA) | {'__file__', '__name__'}
+               | {n for b, _ in names.values() for n in b} | given)
     stars = [star_names(m) for c in exported if c.number in names for m in star_imports(c.code)]
     defined |= set().union(*[s for s in stars if s is not None])
-    unknown = None in stars  # a star import whose names are not known: only the names the kernel pushed can be told undefined
+    # a star import whose names are not known: only the names the kernel pushed can be told undefined
+    unknown = None in stars
     clusters, pushed_at = cluster_names(cells), {}  # name -> the kernel cell that pushed it last
     for c in cells:
         if c.kind == 'kernel':
-            if any(re.match(r'\s*%(px|autopx)\b', l) for l in c.code.split('\n')): problem(c, "mixes %px lines with kernel code: put the %px lines in a %%px cell of their own")
-            for n in kernel_effects(c.code, clusters)[0] - {n for n, _, _ in carry.get(c.number, [])} - given: pushed_at[n] = c.number  # a given value is written where it was pushed
+            if any(re.match(r'\s*%(px|autopx)\b', l) for l in c.code.split('\n')):
+                problem(c, "mixes %px lines with kernel code: put the %px lines in a %%px cell of their own")
+            # a given value is written where it was pushed
+            for n in kernel_effects(c.code, clusters)[0] - {n for n, _, _ in carry.get(c.number, [])} - given:
+                pushed_at[n] = c.number
         if c.number not in names: continue
         bound, read = names[c.number]
         for n in sorted(read - defined):
             if unknown and n not in pushed_at: continue
             taken.setdefault(n, (pushed_at.get(n), c.number))
-            problem(c, f"{'what it pushes ' if c.kind == 'kernel' else ''}reads `{n}`, which no exported cell defines" + (f" (the kernel pushed it in cell {pushed_at[n]}: give its value, --set {n}=VALUE, or compute it in a %%px cell)" if n in pushed_at else " (from the kernel, or a left-out cell?)"))
+            problem(c, f"{'what it pushes ' if c.kind == 'kernel' else ''}reads `{n}`, which no exported cell defines"
+                    + (f" (the kernel pushed it in cell {pushed_at[n]}: give its value, --set "
+                       f"{n}=VALUE, or compute it in a %%px cell)" if n in pushed_at
+                       else " (from the kernel, or a left-out cell?)"))
         for n in sorted((read & set(pushed_at)) & defined):
             taken.setdefault(n, (pushed_at[n], c.number))
-            problem(c, f"reads `{n}`, which the kernel pushed in cell {pushed_at[n]}: the notebook used the kernel's value, the script would not (give it: --set {n}=VALUE)")
+            problem(c,
+                    f"reads `{n}`, which the kernel pushed in cell {pushed_at[n]}: the notebook used the kernel's "
+                    f"value, the script would not (give it: --set {n}=VALUE)")
         for n in bound: pushed_at.pop(n, None)  # later cells read this cell's value, in the notebook too
     return out, taken
 
@@ -301,7 +332,8 @@ def value_literal(name:str, # the name, for the message
     "`value` as a literal for the script, or a ValueError that says what can be given"
     if type(value) not in VALUE_TYPES:
         hint = f" (str({name}) if the kernel pushed a string)" if hasattr(value, '__fspath__') else ''
-        raise ValueError(f"{name}={value!r}: a value written into the script is a str, int, float, bool or None, not {type(value).__name__}{hint}; compute anything else in a %%px cell.")
+        raise ValueError(f"{name}={value!r}: a value written into the script is a str, int, float, bool or None, not "
+                         f"{type(value).__name__}{hint}; compute anything else in a %%px cell.")
     if type(value) is float and not math.isfinite(value): return f"float('{value}')"
     return repr(value)
 
@@ -315,12 +347,14 @@ def parse_set(text:str, # NAME=VALUE
     try: value = ast.literal_eval(v)
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError): return name, v
     if type(value) not in VALUE_TYPES:
-        raise ValueError(f"--set {text}: a {type(value).__name__} is no value for the script: a str, int, float, bool or None (quote a string that reads as something else: --set {name}=\"'{v}'\")")
+        raise ValueError(f"--set {text}: a {type(value).__name__} is no value for the script: a str, int, float, bool "
+                         f"or None (quote a string that reads as something else: --set {name}=\"'{v}'\")")
     return name, value
 
 def _takes(taken:dict) -> str:
     "The values a notebook takes from the kernel, for a message"
-    return ', '.join(f"`{n}` ({f'pushed in cell {k}' if k else 'defined by no cell'}, read in cell {r})" for n, (k, r) in sorted(taken.items()))
+    return ', '.join(f"`{n}` ({f'pushed in cell {k}' if k else 'defined by no cell'}, read in cell {r})"
+                     for n, (k, r) in sorted(taken.items()))
 
 def check_values(values:dict, # name -> value, for the script
                  cells:list, # from `read_cells`
@@ -330,7 +364,9 @@ def check_values(values:dict, # name -> value, for the script
     taken, out = kernel_values(cells), {}
     for n, v in (values or {}).items():
         if n not in taken:
-            raise ValueError(f"{name} takes no value `{n}` from the kernel: " + (f"it takes {_takes(taken)}." if taken else "its exported cells define every name they read."))
+            raise ValueError(f"{name} takes no value `{n}` from the kernel: "
+                             + (f"it takes {_takes(taken)}." if taken
+                                else "its exported cells define every name they read."))
         out[n] = value_literal(n, v)
     return out
 
@@ -354,7 +390,8 @@ def script_text(cells:list, # from `read_cells`
                 threads:int|None=None, # intra-op threads per rank; None: as a cluster gives them
                 timeout:float=600, # seconds for the group and each collective
                 problems:dict|None=None, # from `check_cells`: written as warnings at their cells
-                values:dict|None=None, # name -> a value the kernel pushed (`check_values`), assigned where it was pushed
+                # name -> a value the kernel pushed (`check_values`), assigned where it was pushed
+                values:dict|None=None,
                ) -> str:
     "The notebook's cells as a plain script for torchrun"
     from ddp_nb import __version__
@@ -362,18 +399,23 @@ def script_text(cells:list, # from `read_cells`
     pushed_by = {c.number: kernel_effects(c.code, clusters)[0] for c in cells if c.kind == 'kernel'}
     unpushed = sorted(set(values) - set().union(*pushed_by.values()))
     used = set().union(*(cell_names(c.code)[1] for c in cells if c.kind in ('px', 'rank') and c.number not in problems))
-    args = ', '.join([f"report={report!r}"] + ([f"threads={threads}"] if threads else []) + ([f"timeout={timeout:g}"] if timeout != 600 else []))
+    args = ', '.join([f"report={report!r}"] + ([f"threads={threads}"] if threads else [])
+                     + ([f"timeout={timeout:g}"] if timeout != 600 else []))
     out = [f"# Exported from {name} by `ddp_nb to-script` (ddp_nb {__version__}): its %%px and %%rank cells, in order.",
            "#   torchrun --nproc_per_node=N this.py   every rank runs this file (on GPUs: one rank per GPU)",
            "#   python this.py                        a world of one",
-           f"# report(...) goes to {report or 'none'}; DDP_NB_REPORT='stdout=SECONDS,jsonl=FOLDER,tensorboard=FOLDER' changes that when it runs.",
+           f"# report(...) goes to {report or 'none'}; "
+           f"DDP_NB_REPORT='stdout=SECONDS,jsonl=FOLDER,tensorboard=FOLDER' changes that when it runs.",
            "# Cells that ran in the notebook's kernel are left out, each marked below.",
            "import ddp_nb.batch  # (by its full name: a cell may well bind `begin`, `end` or `batch`)",
            f"globals().update(ddp_nb.batch.begin({args}))  # {', '.join(PREDEFINED)}: what a %%px cell has"]
     out += [imp for n, imp in EXTRA.items() if n in used]
-    if unpushed: out += ["# values given to the export (--set, values=) for names no cell of the notebook defines:"] + [f"{n} = {value_literal(n, values[n])}" for n in unpushed]
+    if unpushed:
+        out += (["# values given to the export (--set, values=) for names no cell of the notebook defines:"]
+                + [f"{n} = {value_literal(n, values[n])}" for n in unpushed])
     if any(c.gpus for c in cells if c.kind in ('px', 'rank')):
-        out.append("# Cells flagged `#| cuda` run where the ranks have GPUs, `#| multigpu` where they have two or more; elsewhere rank 0 says they were skipped.")
+        out.append("# Cells flagged `#| cuda` run where the ranks have GPUs, `#| multigpu` where they have two or "
+                   "more; elsewhere rank 0 says they were skipped.")
     for c in cells:
         head = f"\n# %% cell {c.number}"
         if c.kind == 'markdown':
@@ -384,16 +426,23 @@ def script_text(cells:list, # from `read_cells`
             pushed, calls, _ = kernel_effects(c.code, clusters)
             out.append(f"{head} (ran in the kernel, left out): {_first_line(c.source)}")
             defs, given = carry.get(c.number, []), sorted(pushed & set(values))
-            if (defs or given) and not pushed - {n for n, _, _ in defs} - set(given): calls = [k for k in calls if not k.endswith('.push')]  # all it pushed follows
+            # all it pushed follows
+            if (defs or given) and not pushed - {n for n, _, _ in defs} - set(given):
+                calls = [k for k in calls if not k.endswith('.push')]
             if calls: out.append(f"#   it ran code on the ranks ({', '.join(calls)}), which the script does not")
             out += [f"# WARNING: {p}" for p in problems.get(c.number, [])]
             for n, at, src in defs:
-                out += [f"#   an import from cell {at} that what it pushed reads:" if src.startswith(('import ', 'from ')) and n not in pushed
+                out += [f"#   an import from cell {at} that what it pushed reads:"
+                        if src.startswith(('import ', 'from ')) and n not in pushed
                         else f"#   it pushed `{n}`, from cell {at}:", src]
-            if given: out += [f"#   it pushed {', '.join(f'`{n}`' for n in given)}: the value(s) given to the export (--set, values=)"] + [f"{n} = {value_literal(n, values[n])}" for n in given]
+            if given:
+                out += ([f"#   it pushed {', '.join(f'`{n}`' for n in given)}: the value(s) given "
+                         f"to the export (--set, values=)"] + [f"{n} = {value_literal(n, values[n])}" for n in given])
             continue
         out.append(f"{head}: {c.magic}" + (f"  (flagged `#| {c.gpus}`)" if c.gpus else ''))
-        if c.magic.startswith('%%px') and c.kind == 'rank': out.append("#   --targets names engine ids: taken as ranks (as on a fresh one-host cluster; %%rank takes ranks)")
+        if c.magic.startswith('%%px') and c.kind == 'rank':
+            out.append("#   --targets names engine ids: taken as ranks (as on a fresh "
+                       "one-host cluster; %%rank takes ranks)")
         out += [f"# WARNING: {p}" for p in problems.get(c.number, [])]
         body = _body(c.code)
         if c.number in problems and any('IPython syntax' in p or 'syntax error' in p for p in problems[c.number]):
@@ -418,19 +467,24 @@ def sbatch_text(script:str, # the script, as the job sees its path
     "An sbatch file that runs `script` with torchrun on `nodes` nodes of `procs_per_node` ranks each"
     if nodes < 1: raise ValueError(f"nodes={nodes}: at least 1.")
     procs = procs_per_node or max(1, gpus_per_node)
-    if gpus_per_node and procs > gpus_per_node: raise ValueError(f"{procs} ranks per node on {gpus_per_node} GPUs: nccl needs one GPU per rank.")
+    if gpus_per_node and procs > gpus_per_node:
+        raise ValueError(f"{procs} ranks per node on {gpus_per_node} GPUs: nccl needs one GPU per rank.")
     job = job_name or Path(script).stem
-    sb = [f"--job-name={job}", f"--nodes={nodes}", "--ntasks-per-node=1"] + ([f"--gpus-per-node={gpus_per_node}"] if gpus_per_node else [])
-    sb += ([f"--cpus-per-task={cpus_per_node}"] if cpus_per_node else []) + ["--output=%x-%j.out"] + shlex.split(options)
+    sb = ([f"--job-name={job}", f"--nodes={nodes}", "--ntasks-per-node=1"]
+          + ([f"--gpus-per-node={gpus_per_node}"] if gpus_per_node else []))
+    sb += ([f"--cpus-per-task={cpus_per_node}"] if cpus_per_node
+           else []) + ["--output=%x-%j.out"] + shlex.split(options)
     return '\n'.join(["#!/bin/bash"] + [f"#SBATCH {o}" for o in sb] + [
         f"# Written by `ddp_nb to-script --slurm`: {script} on {nodes} node(s) x {procs} rank(s), with torchrun.",
-        *([] if cpus_per_node else ["# No --cpus-per-task: many clusters then give the job one core per node; add it (--cpus-per-node)."]),
+        *([] if cpus_per_node
+          else ["# No --cpus-per-task: many clusters then give the job one core per node; add it (--cpus-per-node)."]),
         "set -euo pipefail",
         f"PYTHON=${{PYTHON:-{shlex.quote(python or sys.executable)}}}",
         'head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
         "# the rendezvous: torchrun's store on the first node (this script runs there), on a port the OS picks",
         "port=$(\"$PYTHON\" -c 'import socket; s = socket.socket(); s.bind((\"\", 0)); print(s.getsockname()[1])')",
-        'srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 --cpus-per-task="${SLURM_CPUS_PER_TASK:-1}" --kill-on-bad-exit=1 \\',
+        'srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 '
+        '--cpus-per-task="${SLURM_CPUS_PER_TASK:-1}" --kill-on-bad-exit=1 \\',
         f'  "$PYTHON" -m torch.distributed.run --nnodes="$SLURM_JOB_NUM_NODES" --nproc-per-node={procs} \\',
         '  --rdzv-id="$SLURM_JOB_ID" --rdzv-backend=c10d --rdzv-endpoint="$head_node:$port" \\',
         f"  {shlex.quote(str(script))}" + (f" {args}" if args else ''), ""])
@@ -441,10 +495,12 @@ def to_script(notebook, # the .ipynb
               report:str='stdout', # `report()`'s sinks in the script (`batch.parse_sinks`)
               threads:int|None=None, # intra-op threads per rank; None: as a cluster gives them
               timeout:float=600, # seconds for the group and each collective
-              values:dict|None=None, # name -> str/int/float/bool/None: values the kernel pushed, for the script (`check_values`)
+              # name -> str/int/float/bool/None: values the kernel pushed, for the script (`check_values`)
+              values:dict|None=None,
               strict:bool=True, # fail on what would run differently; False: write it, with warnings at the cells
               slurm:bool=False, # also write an sbatch file (out with .sbatch)
-              **slurm_kw, # for `sbatch_text`: nodes, gpus_per_node, procs_per_node, cpus_per_node, job_name, options, python, args
+              # for `sbatch_text`: nodes, gpus_per_node, procs_per_node, cpus_per_node, job_name, options, python, args
+              **slurm_kw,
              ) -> dict: # script, sbatch (or None), problems, cells (what each cell became), gpu (cell -> flag), values (what it takes from the kernel)
     "Write the notebook's %%px and %%rank cells as a torchrun script (and an sbatch file)"
     from ddp_nb.batch import parse_sinks
@@ -455,12 +511,15 @@ def to_script(notebook, # the .ipynb
     check_values(values, cells, nb.name)
     problems, taken = check_cells(cells, given=values), kernel_values(cells)
     if problems and strict:
-        lines = [f"  cell {n} ({_label(next(c for c in cells if c.number == n))}): {p}" for n, ps in sorted(problems.items()) for p in ps]
+        lines = [f"  cell {n} ({_label(next(c for c in cells if c.number == n))}): {p}"
+                 for n, ps in sorted(problems.items()) for p in ps]
         missing = {n: t for n, t in taken.items() if n not in values}
         raise ValueError(f"{nb.name} would run differently as a script:\n" + '\n'.join(lines) +
-                         (f"\nValues the script would lack: {_takes(missing)}. Give each a plain value with --set NAME=VALUE (values={{'NAME': value}}; "
-                          "a str, int, float, bool or None), or compute it in a %%px cell." if missing else '') +
-                         f"\nFix these cells, tag them {SKIP_TAG}, or pass strict=False (--force) to write the script with warnings.")
+                         (f"\nValues the script would lack: {_takes(missing)}. Give each a plain value with --set "
+                          f"NAME=VALUE (values={{'NAME': value}}; a str, int, float, bool or "
+                          f"None), or compute it in a %%px cell." if missing else '') +
+                         f"\nFix these cells, tag them {SKIP_TAG}, or pass strict=False (--force) to "
+                         f"write the script with warnings.")
     out = Path(out) if out else nb.with_suffix('.py')
     out.write_text(script_text(cells, nb.name, report, threads, timeout, problems, values))
     sb = None
@@ -469,4 +528,5 @@ def to_script(notebook, # the .ipynb
         sb.write_text(sbatch_text(str(out), **slurm_kw))
     kinds = {k: [c.number for c in cells if c.kind == k] for k in ('px', 'rank', 'kernel', 'skip')}
     gpu = {c.number: c.gpus for c in cells if c.gpus and c.kind in ('px', 'rank')}
-    return dict(script=str(out), sbatch=str(sb) if sb else None, problems=problems, cells=kinds, gpu=gpu, values={n: t[0] for n, t in taken.items()})
+    return dict(script=str(out), sbatch=str(sb) if sb else None, problems=problems, cells=kinds, gpu=gpu,
+                values={n: t[0] for n, t in taken.items()})
