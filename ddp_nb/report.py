@@ -322,7 +322,8 @@ def _step(v) -> tuple:
 @patch
 def _batch(self:Reporter) -> tuple:
     "Drain the buffer into one batch of at most MAX_POINTS points and about MAX_BATCH/2 bytes: (header with flags, heartbeat and now and then load; points)"
-    pts, flags, names, size, at = [], [], set(), 0, {}  # at: step -> its point in this batch (the newest run's)
+    pts, flags, names, size = [], [], set(), 0
+    at, top = {}, None  # step -> its point in this batch (the newest run's); the newest step not reported late
     while self.buf and len(pts) < MAX_POINTS and size < MAX_BATCH // 2:
         t, step, metrics, late = self.buf.popleft()
         s, bad = _step(step)
@@ -338,13 +339,15 @@ def _batch(self:Reporter) -> tuple:
             vals[k], bad = to_number(v)
             if bad: flags.append((s, k, bad))
         size += 16 * (1 + len(vals))
-        if late and s in at: pts[at[s]][2].update(vals)  # a GPU timer's breakdown of a step in this batch: that point
-        # the same step again (fit's loss, then a CPU timer's breakdown)
-        elif pts and pts[-1][1] == s: pts[-1][2].update(vals)
-        else:
-            if not late and pts and s < pts[-1][1]: at = {}  # a new run: earlier steps are its own
-            if not late: at[s] = len(pts)
-            pts.append((t, s, vals, late))
+        if late and s in at:  # a GPU timer's breakdown of a step in this batch: that point
+            pts[at[s]][2].update(vals); continue
+        if pts and pts[-1][1] == s:  # the same step again (a CPU timer's breakdown, then fit's loss): one point,
+            pts[-1][2].update(vals)  # late only if every report of it is
+            if not late: pts[-1] = (*pts[-1][:3], False)
+        else: pts.append((t, s, vals, late))
+        if not late:
+            if top is not None and s < top: at = {}  # a new run: earlier steps are its own
+            top, at[s] = s, len(pts) - 1
     now = time.time()
     head = dict(rank=self.rank, pid=self.pid, host=self.host, t=now, every=self.interval, flags=flags[-MAX_FLAGS:],
                 sid=self.sid, seq=self.seq,
