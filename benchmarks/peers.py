@@ -86,7 +86,9 @@ SIDES = {
         start=["%load_ext nbdistributed", "%dist_init -n 2", "%%distributed\nimport torch, torch.distributed as dist\n" + ALL_REDUCE],
         warm="%%distributed\n" + ALL_REDUCE, state="%%distributed\n" + MODEL, iterate="%%distributed\n" + STEPS,
         replace=None, why_replace="not supported: `%dist_reset` + `%dist_init` restart the whole group (state lost)",
-        script=None, why_script="no script runner", stop="%dist_shutdown"),
+        script=None, why_script="no script runner",
+        stop="%unload_ext nbdistributed"),   # its graceful stop: `%dist_shutdown` also runs `pkill -f` on patterns
+        # ('worker.py', 'python.*worker', 'torch.*distributed') that end other programs' processes too
     'Accelerate `notebook_launcher`': dict(py='peers', needs='accelerate', dist='accelerate',
         start=["from accelerate import notebook_launcher\n" + _launch(ALL_REDUCE, 'first')],
         warm=_launch(ALL_REDUCE, 'cell'), state=None,
@@ -177,8 +179,9 @@ def side_round(name: str, s: dict, py: str, T: dict, cells: int, iters: int, scr
         start = time.perf_counter() - t0 if jd else 0.   # its start is a kernel (re)start with 2 rank kernels
         for c in s['start']: start += k.cell(c)[0]
         T['start'].append(start)
+        k.cell(s['warm'])   # one untimed: warm means after a first cell
         T['warm'] += [k.cell(s['warm'])[0] for _ in range(cells)]
-        if s.get('state'): k.cell(s['state'])
+        if s.get('state'): k.cell(s['state']); k.cell(s['iterate'].format(lr=0.05))   # built once and run once, as in a notebook
         T['iterate'] += [k.cell(s['iterate'].format(lr=0.05 + (r * iters + i) * 1e-3))[0] for i in range(iters)]
         if s.get('script'):
             if s.get('script_setup'): k.cell(s['script_setup'])
@@ -266,11 +269,11 @@ def run(rounds: int = 3, cells: int = 10, iters: int = 3, scripts: int = 3, peer
     vers = ', '.join(f"{k} {v}" for k, v in theirs.items() if not str(v).startswith(('missing', 'error')))
     return ("### 14. Peers: ddp_nb vs Monarch, jupyter-distributed, nbdistributed, Accelerate's `notebook_launcher`, torchrun\n\n"
             f"2 CPU ranks on gloo, each side in a fresh real Jupyter kernel every round (request to idle), {rounds} rotating "
-            f"rounds; median [min–max] (count). Start: until 2 ranks have a formed group and a first all_reduce returned, "
+            f"round{'s' * (rounds > 1)}; median [min–max] (count). Start: until 2 ranks have a formed group and a first all_reduce returned, "
             "torch not yet imported in the kernel (jupyter-distributed: its kernel restart with 2 rank kernels, then "
             "`init_process_group`; Monarch: `spawn_procs(per_host={'gpus': 2})`, `setup_torch_elastic_env`, an actor whose "
-            "endpoint forms the group). Warm cell: one all_reduce on every rank. Iteration: new lr + 10 steps of a small "
-            "DDP MLP kept on the ranks. Replace: kill -9 rank 1, then until a warm cell is served again. Script: the same "
+            "endpoint forms the group). Warm cell: one all_reduce on every rank, after a first one. Iteration: new lr + 10 "
+            "steps of a small DDP MLP kept on the ranks (built and run once before). Replace: kill -9 rank 1, then until a warm cell is served again. Script: the same "
             "unchanged torchrun script again (ddp_nb: `cl.run_script`; Monarch: `SPMDActor.main` on a live mesh).\n\n"
             f"ddp_nb's kernel: `{sys.executable}` (torch {ours.get('torch')}); the peers' kernels: `{py}` ({vers}).\n\n"
             + table(['side', 'start', 'warm cell', 'iteration with state', 'replace a rank', 'repeated script'], rows)
