@@ -18,7 +18,7 @@ from benchmarks.common import med, table, ROOT
 
 PEERS_PY = os.environ.get('BENCH_PEERS_PYTHON') or sys.executable
 
-ALL_REDUCE = "t = torch.ones(1); dist.all_reduce(t)"
+ALL_REDUCE = "t = torch.ones(1); dist.all_reduce(t); assert t.item() == 2"   # 2 ranks in the group, on every side
 MODEL = """\
 import torch, torch.nn.functional as F, torch.distributed as dist
 torch.manual_seed(0)
@@ -42,11 +42,12 @@ class Rank(Actor):
     @endpoint
     def init(self):
         import os, torch, torch.distributed as dist
-        dist.init_process_group('gloo'); t = torch.ones(1); dist.all_reduce(t); self.g = {}; return os.getpid()
+        dist.init_process_group('gloo'); t = torch.ones(1); dist.all_reduce(t); assert t.item() == 2
+        self.g = {}; return os.getpid()
     @endpoint
     def all_reduce(self):
         import torch, torch.distributed as dist
-        t = torch.ones(1); dist.all_reduce(t); return t.item()
+        t = torch.ones(1); dist.all_reduce(t); assert t.item() == 2
     @endpoint
     def build(self): exec(MODEL, self.g)
     @endpoint
@@ -73,7 +74,8 @@ SIDES = {
                + "procs = this_host().spawn_procs(per_host={'gpus': 2})\nsetup_torch_elastic_env(procs)\n"
                  "ranks = procs.spawn('rank', Rank)\npids = [p for _, p in ranks.init.call().get()]"],
         warm="ranks.all_reduce.call().get()", state="ranks.build.call().get()", iterate="ranks.steps.call({lr}).get()",
-        replace=None, why_replace="not supported: a killed proc fails its mesh (supervision); a new mesh is a new start, state lost",
+        replace=None, why_replace="not supported: a killed proc fails its mesh, and the unhandled fault interrupts the "
+                    "controller (a KeyboardInterrupt, unless `monarch.actor.unhandled_fault_hook` drops it); a new mesh is a new start, state lost",
         script_setup="from monarch.spmd import SPMDActor\nsp = this_host().spawn_procs(per_host={'gpus': 2}).spawn('spmd', SPMDActor)",
         script="h, p = sp.slice(gpus=0).get_host_port.call_one(None).get()\nsp.main.call(h, p, [{path!r}]).get()",
         stop="procs.stop().get()"),
