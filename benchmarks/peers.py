@@ -93,7 +93,7 @@ SIDES = {
         # ('worker.py', 'python.*worker', 'torch.*distributed') that end other programs' processes too
     'Accelerate `notebook_launcher`': dict(py='peers', needs='accelerate', dist='accelerate',
         start=["from accelerate import notebook_launcher\n" + _launch(ALL_REDUCE, 'first')],
-        warm=_launch(ALL_REDUCE, 'cell'), state=None,
+        warm=_launch(ALL_REDUCE, 'cell'), state=None, launches=True,
         why_state="cannot keep state: each call is a new launch that rebuilds the model",
         iterate=_launch(MODEL + STEPS.replace('{lr}', 'lr') + 'del model, opt', 'iterate', 'lr').replace('(lr,),', '({lr},),'),
         replace=None, why_replace="not supported: no live ranks (max_restarts reruns a whole launch)",
@@ -263,8 +263,9 @@ def run(rounds: int = 3, cells: int = 10, iters: int = 3, scripts: int = 3, peer
         if name in notes and not any(t.values()): rows.append([name, notes[name], '', '', '', '']); continue
         if name == 'torchrun':
             rows.append(['`torchrun --standalone --nproc_per_node=2`', 'a launch per script', '', '', '', _fmt(t['script'])]); continue
-        it = _fmt(t['iterate'], 'ms') + (' (a launch each: rebuilds the model)' if s.get('state') is None and t['iterate'] else '')
-        rows.append([name, _fmt(t['start']), _fmt(t['warm'], 'ms'), it,
+        launch = ' (a launch each)' if s.get('launches') else ''
+        it = _fmt(t['iterate'], 'ms') + (' (a launch each: rebuilds the model)' if s.get('launches') and t['iterate'] else '')
+        rows.append([name, _fmt(t['start']), _fmt(t['warm'], 'ms') + (launch if t['warm'] else ''), it,
                      _fmt(t['replace']) if s.get('replace') else s.get('why_replace', ''),
                      _fmt(t['script']) if s.get('script') else s.get('why_script', '')])
     failed = [f"- {n}: {notes[n]}" for n in order if n in notes]
@@ -276,7 +277,10 @@ def run(rounds: int = 3, cells: int = 10, iters: int = 3, scripts: int = 3, peer
             "`init_process_group`; Monarch: `spawn_procs(per_host={'gpus': 2})`, `setup_torch_elastic_env`, an actor whose "
             "endpoint forms the group). Warm cell: one all_reduce on every rank, after a first one. Iteration: new lr + 10 "
             "steps of a small DDP MLP kept on the ranks (built and run once before). Replace: kill -9 rank 1, then until a warm cell is served again. Script: the same "
-            "unchanged torchrun script again (ddp_nb: `cl.run_script`; Monarch: `SPMDActor.main` on a live mesh).\n\n"
+            "unchanged torchrun script again (ddp_nb: `cl.run_script`; Monarch: `SPMDActor.main` on a live mesh). "
+            "ddp_nb sets each rank's torch threads to cores / ranks; the peers' ranks keep torch's default (every core, "
+            "in each rank). nbdistributed is stopped with `%unload_ext` (its `%dist_shutdown` runs `pkill -f` on "
+            "patterns that match other programs' processes).\n\n"
             f"ddp_nb's kernel: `{sys.executable}` (torch {ours.get('torch')}); the peers' kernels: `{py}` ({vers}).\n\n"
             + table(['side', 'start', 'warm cell', 'iteration with state', 'replace a rank', 'repeated script'], rows)
             + ('\n\n' + '\n'.join(failed) if failed else ''))
