@@ -15,7 +15,8 @@ SIDES = {
         cell="%%px\n" + CELL, teardown="rc.shutdown(hub=True, block=True); c.stop_cluster_sync()"),
     'nbdistributed `%%distributed`': dict(
         setup=["%load_ext nbdistributed", "%dist_init -n 2", "%%distributed\nimport torch, torch.distributed as dist"],
-        cell="%%distributed\n" + CELL, teardown="%dist_shutdown", needs='nbdistributed'),
+        cell="%%distributed\n" + CELL, teardown="%unload_ext nbdistributed", needs='nbdistributed'),   # graceful: `%dist_shutdown` runs
+    # `pkill -f` on patterns ('worker.py', 'python.*worker', 'torch.*distributed') that end other programs' processes too
 }
 
 

@@ -1,8 +1,8 @@
 """Write README.md from nbs/index.ipynb (Quarto, which nbdev_readme needs, cannot be installed here).
 
 Markdown cells are copied, code cells become ```python blocks, `#| hide` cells are dropped, directives stripped.
-Two markers are filled from their sources: `<!-- generated: benchmarks -->` (the sections of benchmarks/results.md)
-and `<!-- generated: layout -->` (one row per library notebook: its module and the summary under its title).
+Three markers are filled from their sources: `<!-- generated: benchmarks -->` (the sections of benchmarks/results.md),
+`<!-- generated: peers -->` (the medians of its peers section as a short table) and `<!-- generated: layout -->` (one row per library notebook: its module and the summary under its title).
 `python tools/make_readme.py --check` exits 1 when README.md is out of date."""
 import json, re, sys
 from pathlib import Path
@@ -25,6 +25,27 @@ def benchmarks(path=ROOT/'benchmarks'/'results.md') -> str:
                       [f"- [{t}](benchmarks/results.md#{anchor(t)})" for t in secs])
 
 
+def _short(cell: str) -> str:
+    "A results cell for the README: the median of 'median [min–max] (n)', else its text up to the first reason"
+    m = re.match(r'^(\d+(?:\.\d+)? (?:s|ms)) \[', cell)
+    if m: return m.group(1) + (' (a launch)' if 'launch each' in cell else '')
+    if cell.startswith('failed'): return 'failed (see results)'
+    return re.split(r' \(|:', cell)[0]
+
+
+def peers(path=ROOT/'benchmarks'/'results.md') -> str:
+    "The medians of the results file's peers section (14) as a short table, linked to it"
+    text = Path(path).read_text()
+    sec = next((s for s in text.split('\n### ')[1:] if s.startswith('14. ')), None)
+    if sec is None: return '(the peers section is not in the results file yet: `python -m benchmarks.peers`)'
+    title = sec.splitlines()[0]
+    rows = [[c.strip() for c in l.strip().strip('|').split('|')] for l in sec.splitlines() if l.startswith('|')]
+    out = ['| ' + ' | '.join(rows[0]) + ' |', '|' + '---|' * len(rows[0])]
+    out += ['| ' + ' | '.join([r[0]] + [_short(c) for c in r[1:]]) + ' |' for r in rows[2:]]
+    return '\n'.join(out + ['', f"Medians, 2 CPU ranks on gloo, from [{title.split(':')[0]}](benchmarks/results.md#{anchor(title)}) "
+                             "(spread, counts, versions and how each is measured there)."])
+
+
 def layout(nbs=ROOT/'nbs') -> str:
     "A table of the library's notebooks: notebook, module, and the summary line under the notebook's title"
     rows = ['| notebook | module | what it holds |', '|---|---|---|']
@@ -36,7 +57,7 @@ def layout(nbs=ROOT/'nbs') -> str:
         rows.append(f"| [{p.stem}](nbs/{p.name}) | `ddp_nb.{mod}` | {summary} |")
     return '\n'.join(rows)
 
-GENERATED = {'<!-- generated: benchmarks -->': benchmarks, '<!-- generated: layout -->': layout}
+GENERATED = {'<!-- generated: benchmarks -->': benchmarks, '<!-- generated: peers -->': peers, '<!-- generated: layout -->': layout}
 
 def render(nb_path=ROOT/'nbs'/'index.ipynb') -> str:
     "README text for the notebook at `nb_path`"

@@ -1,0 +1,301 @@
+"""ddp_nb against the tools a user would pick instead: PyTorch Monarch (an actor mesh), jupyter-distributed and
+nbdistributed (notebook kernels on every rank), Accelerate's `notebook_launcher` (a launch per call), torchrun.
+
+Five things a user does, each timed as the user sees it, in a real Jupyter kernel (request to idle), 2 CPU ranks on
+gloo: start (until 2 ranks have a formed group and a first all_reduce returned; torch not yet imported in the kernel),
+a warm cell (one all_reduce on every rank), iteration with state (new lr + 10 steps of a small DDP model kept on the
+ranks), replacing a killed rank, a repeated unchanged torchrun script. Every side runs in the same run, in rotating
+rounds (a fresh kernel for each side each round); medians and min-max.
+
+The peers live in their own environment (torch must be the very same version as ddp_nb's): their kernels run on the
+interpreter `BENCH_PEERS_PYTHON` names (default: this one); a peer that does not import there is skipped with one line
+saying why.
+
+    BENCH_PEERS_PYTHON=/work/peers-venv/bin/python python -m benchmarks.peers [--rounds 3] [--fast]"""
+import argparse, json, os, queue, shutil, signal, subprocess, sys, tempfile, textwrap, time
+from pathlib import Path
+from benchmarks.common import med, table, ROOT
+
+PEERS_PY = os.environ.get('BENCH_PEERS_PYTHON') or sys.executable
+
+ALL_REDUCE = "t = torch.ones(1); dist.all_reduce(t); assert t.item() == 2"   # 2 ranks in the group, on every side
+MODEL = """\
+import torch, torch.nn.functional as F, torch.distributed as dist
+torch.manual_seed(0)
+X, Y = torch.randn(640, 64), torch.randint(0, 10, (640,))
+model = torch.nn.parallel.DistributedDataParallel(torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10)))
+opt = torch.optim.SGD(model.parameters(), lr=0.05)
+"""
+STEPS = """\
+for g in opt.param_groups: g['lr'] = {lr}
+for i in range(10):
+    loss = F.cross_entropy(model(X[i * 64:(i + 1) * 64]), Y[i * 64:(i + 1) * 64]); opt.zero_grad(); loss.backward(); opt.step()
+"""
+SCRIPT = ("import torch.distributed as dist\ndist.init_process_group('gloo')\n" + MODEL + STEPS.format(lr=0.05)
+          + "del model, opt\ndist.destroy_process_group()\n")   # the DDP model first: alive, it pins the group
+
+MONARCH_ACTOR = '''\
+from monarch.actor import this_host, Actor, endpoint
+from monarch.spmd import setup_torch_elastic_env
+class Rank(Actor):
+    "A rank: the process group, and the model kept between calls"
+    @endpoint
+    def init(self):
+        import os, torch, torch.distributed as dist
+        dist.init_process_group('gloo'); t = torch.ones(1); dist.all_reduce(t); assert t.item() == 2
+        self.g = {}; return os.getpid()
+    @endpoint
+    def all_reduce(self):
+        import torch, torch.distributed as dist
+        t = torch.ones(1); dist.all_reduce(t); assert t.item() == 2
+    @endpoint
+    def build(self): exec(MODEL, self.g)
+    @endpoint
+    def steps(self, lr): exec(STEPS.format(lr=lr), self.g)
+'''
+
+
+def _launch(body: str, name: str, arg: str = '') -> str:
+    "A notebook_launcher cell: a function that forms the group, runs `body`, leaves; launched on 2 processes"
+    return (f"def {name}({arg}):\n    import torch, torch.distributed as dist\n    dist.init_process_group('gloo')\n"
+            + textwrap.indent(body, '    ') + "\n    dist.destroy_process_group()\n"
+            f"notebook_launcher({name}, {'(' + arg + ',), ' if arg else ''}num_processes=2)")
+
+
+# Each side: kernel interpreter ('ddp_nb' or 'peers'), the module it needs, and its cells (None: not possible, and why)
+SIDES = {
+    'ddp_nb': dict(py='ddp_nb', needs='ddp_nb',
+        start=["from ddp_nb import DDPCluster\ncl = DDPCluster(n=2).start()"],
+        warm="%%px\n" + ALL_REDUCE, state="%%px\n" + MODEL, iterate="%%px\n" + STEPS,
+        pids="[r.pid for r in cl.ranks]", replace="cl.restart()",
+        script="assert [r['exit_code'] for r in cl.run_script({path!r})] == [0, 0]", stop="cl.stop()"),
+    'Monarch': dict(py='peers', needs='monarch.actor', dist='torchmonarch',
+        start=[f"MODEL, STEPS = {MODEL!r}, {STEPS!r}\n" + MONARCH_ACTOR
+               + "procs = this_host().spawn_procs(per_host={'gpus': 2})\nsetup_torch_elastic_env(procs)\n"
+                 "ranks = procs.spawn('rank', Rank)\npids = [p for _, p in ranks.init.call().get()]"],
+        warm="ranks.all_reduce.call().get()", state="ranks.build.call().get()", iterate="ranks.steps.call({lr}).get()",
+        replace=None, why_replace="not supported: a killed proc fails its mesh, and the unhandled fault interrupts the "
+                    "controller (a KeyboardInterrupt, unless `monarch.actor.unhandled_fault_hook` drops it); a new mesh is a new start, state lost",
+        script_setup="from monarch.spmd import SPMDActor\nsp = this_host().spawn_procs(per_host={'gpus': 2}).spawn('spmd', SPMDActor)",
+        script="h, p = sp.slice(gpus=0).get_host_port.call_one(None).get()\nsp.main.call(h, p, [{path!r}]).get()",
+        stop="procs.stop().get()"),
+    'jupyter-distributed': dict(py='peers', needs='jupyter_distributed', dist='jupyter-distributed', kernel='jupyter_distributed',
+        start=["import torch, torch.distributed as dist\ndist.init_process_group('gloo')\n" + ALL_REDUCE],
+        warm=ALL_REDUCE, state=MODEL, iterate=STEPS,
+        replace=None, why_replace="not supported: a new process count or a kernel restart restarts the whole group (state lost)",
+        script=None, why_script="no script runner (a cell's `!torchrun`: the torchrun row)", stop=None),
+    'nbdistributed': dict(py='peers', needs='nbdistributed', dist='nbdistributed',
+        start=["%load_ext nbdistributed", "%dist_init -n 2", "%%distributed\nimport torch, torch.distributed as dist\n" + ALL_REDUCE],
+        warm="%%distributed\n" + ALL_REDUCE, state="%%distributed\n" + MODEL, iterate="%%distributed\n" + STEPS,
+        replace=None, why_replace="not supported: `%dist_reset` + `%dist_init` restart the whole group (state lost)",
+        script=None, why_script="no script runner",
+        stop="%unload_ext nbdistributed"),   # its graceful stop: `%dist_shutdown` also runs `pkill -f` on patterns
+        # ('worker.py', 'python.*worker', 'torch.*distributed') that end other programs' processes too
+    'Accelerate `notebook_launcher`': dict(py='peers', needs='accelerate', dist='accelerate',
+        start=["from accelerate import notebook_launcher\n" + _launch(ALL_REDUCE, 'first')],
+        warm=_launch(ALL_REDUCE, 'cell'), state=None, launches=True,
+        why_state="cannot keep state: each call is a new launch that rebuilds the model",
+        iterate=_launch(MODEL + STEPS.replace('{lr}', 'lr') + 'del model, opt', 'iterate', 'lr').replace('(lr,),', '({lr},),'),
+        replace=None, why_replace="not supported: no live ranks (max_restarts reruns a whole launch)",
+        script=None, why_script="launches functions, not scripts", stop=None),
+}
+
+
+class Kernel:
+    "A Jupyter kernel (ipc sockets) on interpreter `py`, or jupyter-distributed's proxy kernel over 2 of them"
+    def __init__(self, py: str, jd: bool = False):
+        from jupyter_client.manager import KernelManager
+        self.dir = tempfile.mkdtemp(prefix='ddp_nb-peers-')
+        env = {k: v for k, v in os.environ.items() if k != 'IPP_NONINTERACTIVE'}   # as a user's notebook runs,
+        env['PATH'] = os.path.dirname(py) + os.pathsep + env.get('PATH', '')   # in its activated environment (nbdistributed
+        # starts its workers as `python` from PATH)
+        self.km = KernelManager(kernel_name='python3', transport='ipc', ip=os.path.join(self.dir, 'kernel'))
+        if jd:   # what its server extension does when the notebook's Processes field is set to 2 (a kernel restart)
+            self.km.kernel_spec.argv = [py, '-m', 'jupyter_distributed.kernel', '-f', '{connection_file}']
+            self.km.kernel_spec.interrupt_mode = 'message'
+            env.update(JUPYTER_DISTRIBUTED_BASE_KERNEL='python3', JUPYTER_DISTRIBUTED_WORLD_SIZE='2',
+                       JUPYTER_DISTRIBUTED_REGISTRY_FILE=os.path.join(self.dir, 'registry.json'), JUPYTER_DISTRIBUTED_CWD=str(ROOT))
+        else: self.km.kernel_spec.argv = [py, '-m', 'ipykernel_launcher', '-f', '{connection_file}']
+        self.km.start_kernel(cwd=str(ROOT), env=env)
+        self.kc = self.km.client(); self.kc.start_channels(); self.kc.wait_for_ready(timeout=300)
+
+    def cell(self, code: str, timeout: float = 300) -> tuple:
+        "Run a cell: (seconds from execute request to idle, its text output); raises with the error of a failed cell"
+        t0, out, err = time.perf_counter(), [], None
+        mid = self.kc.execute(code)
+        while True:
+            assert time.perf_counter() - t0 < timeout, f"cell did not finish in {timeout}s: {code[:80]}"
+            try: m = self.kc.get_iopub_msg(timeout=1)
+            except queue.Empty: continue
+            if m['parent_header'].get('msg_id') != mid: continue
+            kind, c = m['msg_type'], m['content']
+            if kind == 'stream': out.append(c['text'])
+            elif kind in ('execute_result', 'display_data'): out.append(c['data'].get('text/plain', ''))
+            elif kind == 'error': err = f"{c['ename']}: {c['evalue']}"
+            elif kind == 'status' and c['execution_state'] == 'idle': break
+        dt = time.perf_counter() - t0
+        if err is None and ('Traceback' in ''.join(out) or '❌' in ''.join(out)): err = ''.join(out)[-300:]  # magics that print their failure
+        if err: raise RuntimeError(err.strip().splitlines()[-1][:300])
+        return dt, ''.join(out)
+
+    def close(self):
+        try: self.kc.stop_channels(); self.km.shutdown_kernel(now=False)
+        except Exception: self.km.shutdown_kernel(now=True)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def probe(py: str) -> dict:
+    "{'python': version, 'torch': version, module: version or 'error: ...'} on interpreter `py`"
+    mods = {s['needs']: s.get('dist', 'ddp_nb') for s in SIDES.values()} | {'ipykernel': 'ipykernel'}
+    code = textwrap.dedent(f"""\
+        import importlib, importlib.metadata as md, json, platform
+        out = {{'python': platform.python_version()}}
+        try: import torch; out['torch'] = torch.__version__
+        except Exception as e: out['torch'] = 'error: ' + repr(e)[:200]
+        for mod, dist in {mods!r}.items():
+            try: importlib.import_module(mod)
+            except ModuleNotFoundError as e: out[mod] = 'missing: ' + str(e)[:200]; continue
+            except BaseException as e: out[mod] = 'error: ' + (type(e).__name__ + ': ' + str(e))[:300]; continue
+            try: out[mod] = md.version(dist)
+            except Exception: out[mod] = 'unknown version'
+        print('@@' + json.dumps(out))""")
+    r = subprocess.run([py, '-c', code], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    if '@@' not in r.stdout: return {'python': f"error: {(r.stderr or r.stdout)[-300:]}"}
+    return json.loads(r.stdout.rsplit('@@', 1)[1])
+
+
+def _kill(pid: int):
+    "kill -9 a rank, and wait until it is gone"
+    os.kill(pid, signal.SIGKILL)
+    for _ in range(100):
+        try: os.kill(pid, 0); time.sleep(0.05)
+        except ProcessLookupError: return
+
+
+def side_round(name: str, s: dict, py: str, T: dict, cells: int, iters: int, scripts: int, path: str, r: int):
+    "One round of one side in a fresh kernel: every metric it has, appended to T[metric]"
+    jd = s.get('kernel') == 'jupyter_distributed'
+    t0 = time.perf_counter()
+    k = Kernel(py, jd)
+    try:
+        start = time.perf_counter() - t0 if jd else 0.   # its start is a kernel (re)start with 2 rank kernels
+        for c in s['start']: start += k.cell(c)[0]
+        T['start'].append(start)
+        k.cell(s['warm'])   # one untimed: warm means after a first cell
+        T['warm'] += [k.cell(s['warm'])[0] for _ in range(cells)]
+        if s.get('state'): k.cell(s['state']); k.cell(s['iterate'].format(lr=0.05))   # built once and run once, as in a notebook
+        T['iterate'] += [k.cell(s['iterate'].format(lr=0.05 + (r * iters + i) * 1e-3))[0] for i in range(iters)]
+        if s.get('script'):
+            if s.get('script_setup'): k.cell(s['script_setup'])
+            T['script'] += [k.cell(s['script'].format(path=path))[0] for _ in range(scripts)]
+        if s.get('replace'):
+            pids = json.loads(k.cell(f"import json; print('@@' + json.dumps({s['pids']}))")[1].rsplit('@@', 1)[1])
+            _kill(pids[1])
+            T['replace'].append(k.cell(s['replace'])[0] + k.cell(s['warm'])[0])   # until it serves cells again
+        if s.get('stop'): k.cell(s['stop'], timeout=120)
+    finally: k.close()
+
+
+def torchrun_round(py: str, T: dict, scripts: int, path: str):
+    "`torchrun --standalone --nproc_per_node=2 script` from the shell (or a `!` cell), timed to its exit"
+    for _ in range(scripts):
+        t0 = time.perf_counter()
+        r = subprocess.run([py, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node=2', path], cwd=ROOT,
+                           capture_output=True, text=True, timeout=600)
+        if r.returncode: raise RuntimeError(f"torchrun exit {r.returncode}: {(r.stdout + r.stderr)[-300:]}")
+        T['script'].append(time.perf_counter() - t0)
+
+
+def _fmt(xs: list, unit: str = 's') -> str:
+    "median [min–max] (n)"
+    if not xs: return ''
+    f = (lambda v: f"{v * 1e3:.0f} ms") if unit == 'ms' else (lambda v: f"{v:.2f} s")
+    return f"{f(med(xs))} [{f(min(xs))}–{f(max(xs))}] ({len(xs)})"
+
+
+def _picked(name: str, sides: list | None) -> bool:
+    "Is side `name` among `sides` (None: all; a side is named by the start of its name, any case)"
+    return sides is None or any(name.lower().startswith(x.lower()) for x in sides if x)
+
+
+METRICS = ['start', 'warm', 'iterate', 'replace', 'script']
+
+
+def run(rounds: int = 3, cells: int = 10, iters: int = 3, scripts: int = 3, peers_python: str | None = None,
+        sides: list | None = None) -> str:
+    "The peers section, as markdown (`sides`: names to run, default all, 'torchrun' included)"
+    py = peers_python or PEERS_PY
+    ours, theirs = probe(sys.executable), probe(py)
+    notes, active = {}, {}
+    for name, s in SIDES.items():
+        got = (ours if s['py'] == 'ddp_nb' else theirs)
+        v = got.get(s['needs'], got.get('python', ''))
+        if str(v).startswith('missing'):
+            notes[name] = f"skipped: not installed on `{py}` (`pip install {s.get('dist')} torch=={ours.get('torch', '').split('+')[0]}`)"
+        elif str(v).startswith('error'):
+            notes[name] = f"skipped: does not import on `{py}`: {v[7:]}"
+        elif s['py'] == 'peers' and str(theirs.get('ipykernel', 'missing')).startswith(('missing', 'error')):
+            notes[name] = f"skipped: no ipykernel on `{py}` to run its kernel (`pip install ipykernel`)"
+        elif s['py'] == 'peers' and theirs.get('torch') != ours.get('torch'):
+            notes[name] = f"skipped: torch {theirs.get('torch')} on `{py}`, not {ours.get('torch')} as ddp_nb's"
+        elif not _picked(name, sides): notes[name] = "not selected (`--sides`)"
+        else: active[name] = (sys.executable if s['py'] == 'ddp_nb' else py)
+    T = {n: {m: [] for m in METRICS} for n in list(SIDES) + ['torchrun']}
+    d = tempfile.mkdtemp(prefix='ddp_nb-peers-script-')
+    path = os.path.join(d, 'train.py'); Path(path).write_text(SCRIPT)
+    order = list(active) + (['torchrun'] if _picked('torchrun', sides) else [])
+    try:
+        for r in range(rounds):
+            for name in order[r % len(order):] + order[:r % len(order)]:
+                if name in notes: continue
+                t0 = time.perf_counter()
+                try:
+                    if name == 'torchrun': torchrun_round(sys.executable, T[name], scripts, path)
+                    else: side_round(name, SIDES[name], active[name], T[name], cells, iters, scripts, path, r)
+                except Exception as e:
+                    notes[name] = f"failed: {type(e).__name__}: {str(e)[:300]}"
+                print(f"round {r + 1}/{rounds} {name}: {time.perf_counter() - t0:.1f} s"
+                      + (f" ({notes[name]})" if name in notes else ''), flush=True)
+    finally: shutil.rmtree(d, ignore_errors=True)
+    rows = []
+    for name in order + [n for n in SIDES if n not in order]:
+        s, t = SIDES.get(name, {}), T[name]
+        if name in notes and not any(t.values()): rows.append([name, notes[name], '', '', '', '']); continue
+        if name == 'torchrun':
+            rows.append(['`torchrun --standalone --nproc_per_node=2`', 'a launch per script', '', '', '', _fmt(t['script'])]); continue
+        launch = ' (a launch each)' if s.get('launches') else ''
+        it = _fmt(t['iterate'], 'ms') + (' (a launch each: rebuilds the model)' if s.get('launches') and t['iterate'] else '')
+        rows.append([name, _fmt(t['start']), _fmt(t['warm'], 'ms') + (launch if t['warm'] else ''), it,
+                     _fmt(t['replace']) if s.get('replace') else s.get('why_replace', ''),
+                     _fmt(t['script']) if s.get('script') else s.get('why_script', '')])
+    failed = [f"- {n}: {notes[n]}" for n in order if n in notes]
+    vers = ', '.join(f"{k} {v}" for k, v in theirs.items() if not str(v).startswith(('missing', 'error')))
+    return ("### 14. Peers: ddp_nb vs Monarch, jupyter-distributed, nbdistributed, Accelerate's `notebook_launcher`, torchrun\n\n"
+            f"2 CPU ranks on gloo, each side in a fresh real Jupyter kernel every round (request to idle), {rounds} rotating "
+            f"round{'s' * (rounds > 1)}; median [min–max] (count). Start: until 2 ranks have a formed group and a first all_reduce returned, "
+            "torch not yet imported in the kernel (jupyter-distributed: its kernel restart with 2 rank kernels, then "
+            "`init_process_group`; Monarch: `spawn_procs(per_host={'gpus': 2})`, `setup_torch_elastic_env`, an actor whose "
+            "endpoint forms the group). Warm cell: one all_reduce on every rank, after a first one. Iteration: new lr + 10 "
+            "steps of a small DDP MLP kept on the ranks (built and run once before). Replace: kill -9 rank 1, then until a warm cell is served again. Script: the same "
+            "unchanged torchrun script again (ddp_nb: `cl.run_script`; Monarch: `SPMDActor.main` on a live mesh). "
+            "ddp_nb sets each rank's torch threads to cores / ranks; the peers' ranks keep torch's default (every core, "
+            "in each rank). nbdistributed is stopped with `%unload_ext` (its `%dist_shutdown` runs `pkill -f` on "
+            "patterns that match other programs' processes).\n\n"
+            f"ddp_nb's kernel: `{sys.executable}` (torch {ours.get('torch')}); the peers' kernels: `{py}` ({vers}).\n\n"
+            + table(['side', 'start', 'warm cell', 'iteration with state', 'replace a rank', 'repeated script'], rows)
+            + ('\n\n' + '\n'.join(failed) if failed else ''))
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser()
+    ap.add_argument('--rounds', type=int, default=3)
+    ap.add_argument('--fast', action='store_true', help='1 round, few cells (numbers not meaningful)')
+    ap.add_argument('--peers-python', default=None, help='interpreter of the peers (default: $BENCH_PEERS_PYTHON or this one)')
+    ap.add_argument('--sides', default=None, help=f"comma-separated, of: {', '.join(SIDES)}, torchrun (default: all)")
+    a = ap.parse_args(argv)
+    sides = None if a.sides is None else [x.strip() for x in a.sides.split(',')]
+    print(run(1, 2, 1, 1, a.peers_python, sides) if a.fast else run(a.rounds, peers_python=a.peers_python, sides=sides))
+
+
+if __name__ == '__main__':
+    main()
