@@ -155,7 +155,7 @@ def load_weights_only(f, # a file's path, or an open binary file (then give `nam
     # unpickling, zip, EOF and more, by the file's damage: each raised again as a CheckpointError
     except Exception as e:
         # (torch's own message, which the error below shortens)
-        _log.debug("torch.load(%s) failed", name, exc_info=True)
+        _log.debug("loading %s (weights only) failed", name, exc_info=True)
         g = re.search(r'GLOBAL ([\w.]+)', str(e))  # torch names the global its weights_only unpickler refused
         if g: raise UnsafeCheckpointError(
             f"{name} refers to {g[1]}, which weights_only=True refuses: loading it could run code, so it is not "
