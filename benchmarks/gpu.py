@@ -78,15 +78,20 @@ def timed_steps(width: int = 4096, batch: int = 768, blocks: int = 20, steps: in
     return dict(width=width, batch=batch, steps=steps, pairs=pairs, kept=len(timer.steps), clock=timer.clock.kind, last=last)
 
 
-def torchrun_side(configs, seconds: float, env: dict | None = None) -> list:
-    "One `torchrun --nproc_per_node=1` launch timing every config (`env`: variables added to the launch's)"
+def worker_result(how: str, cmd: list, env: dict) -> object:
+    "Run a worker command `cmd` (its `--out` placeholder OUT filled in) with `env`; what it wrote there, or an error with its output"
     with tempfile.TemporaryDirectory() as d:
         out = os.path.join(d, 'r.json')
-        which = ','.join(str(CONFIGS.index(c)) for c in configs)
-        r = subprocess.run(torchrun_cmd(1, 'benchmarks.gpu', '--worker', '--seconds', seconds, '--configs', which, '--out', out), cwd=ROOT,
-                           env=dict(os.environ, **(env or {})), capture_output=True, text=True, timeout=300)
-        if r.returncode: raise RuntimeError(f"torchrun failed ({r.returncode}): {(r.stdout + r.stderr)[-2000:]}")
+        r = subprocess.run([out if a == 'OUT' else a for a in cmd], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+        if r.returncode: raise RuntimeError(f"{how} failed ({r.returncode}): {(r.stdout + r.stderr)[-2000:]}")
         return json.load(open(out))
+
+
+def torchrun_side(configs, seconds: float, env: dict | None = None) -> list:
+    "One `torchrun --nproc_per_node=1` launch timing every config (`env`: variables added to the launch's)"
+    which = ','.join(str(CONFIGS.index(c)) for c in configs)
+    return worker_result('torchrun', torchrun_cmd(1, 'benchmarks.gpu', '--worker', '--seconds', seconds, '--configs', which,
+                                                  '--out', 'OUT'), dict(os.environ, **(env or {})))
 
 
 def worker(seconds: float, out: str, configs=CONFIGS):
@@ -243,18 +248,12 @@ def explained_worker(out: str, trace: str | None = None):
 def explained_side(how: str, env: dict | None = None, trace: str | None = None) -> dict:
     "explain_steps in a torchrun worker (how='torchrun') or a bare `python -m` process given the torchrun variables (how='bare')"
     import socket
-    with tempfile.TemporaryDirectory() as d:
-        out = os.path.join(d, 'r.json')
-        args = ['--worker', '--explain', '--out', out] + (['--trace', trace] if trace else [])
-        e = dict(os.environ, **(env or {}))
-        if how == 'torchrun': cmd = torchrun_cmd(1, 'benchmarks.gpu', *args)
-        else:
-            with socket.socket() as s: s.bind(('127.0.0.1', 0)); port = s.getsockname()[1]
-            e.update(RANK='0', LOCAL_RANK='0', WORLD_SIZE='1', LOCAL_WORLD_SIZE='1', MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port))
-            cmd = [sys.executable, '-m', 'benchmarks.gpu', *args]
-        r = subprocess.run(cmd, cwd=ROOT, env=e, capture_output=True, text=True, timeout=300)
-        if r.returncode: raise RuntimeError(f"{how} failed ({r.returncode}): {(r.stdout + r.stderr)[-2000:]}")
-        return json.load(open(out))
+    args = ['--worker', '--explain', '--out', 'OUT'] + (['--trace', trace] if trace else [])
+    e = dict(os.environ, **(env or {}))
+    if how == 'torchrun': return worker_result(how, torchrun_cmd(1, 'benchmarks.gpu', *args), e)
+    with socket.socket() as s: s.bind(('127.0.0.1', 0)); port = s.getsockname()[1]
+    e.update(RANK='0', LOCAL_RANK='0', WORLD_SIZE='1', LOCAL_WORLD_SIZE='1', MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port))
+    return worker_result(how, [sys.executable, '-m', 'benchmarks.gpu', *args], e)
 
 
 def explain(rounds: int = 3, trace_dir: str | None = None) -> str:
