@@ -12,7 +12,8 @@ __all__ = ['BACKENDS', 'PROGRESS_KEYS', 'TB_HINT', 'CLUSTER_PREFIX', 'pick_backe
            'threads_per_rank', 'plan_ranks', 'check_gpus', 'torchrun_env', 'rank_device', 'single_host', 'label_hosts',
            'iface_of', 'master_address', 'check_ifname', 'engines_per_host', 'slurm_script', 'mpi_host_args',
            'parse_ranks', 'RankRunner', 'call_ranks', 'rank_magic_args', 'rank_ranges', 'StepCounter', 'Phases',
-           'tensorboard_parts', 'tb_tag', 'make_cluster_id', 'cluster_owner', 'stack_file']
+           'tensorboard_parts', 'tb_tag', 'make_cluster_id', 'cluster_owner', 'stack_file', 'Straggler',
+           'find_straggler']
 
 # %% ../nbs/00_core.ipynb #b29d9b8a
 BACKENDS = ('nccl', 'gloo')
@@ -342,3 +343,39 @@ def stack_file(cluster_id:str, # the cluster's id
               ) -> str:
     "Where a rank writes its Python stacks when asked (`cl.where()`)"
     return f"{folder.rstrip('/')}/{cluster_id}-stack-{rank}.txt"
+
+# %% ../nbs/00_core.ipynb #5667f743
+import math, statistics
+from dataclasses import dataclass
+
+@dataclass(frozen=True)
+class Straggler:
+    "The rank the others wait for: how much longer it works per step, and the part of its step that makes it so"
+    rank:int # the slow rank
+    ratio:float # its work per step over the others' median
+    cause:str # the part of its step that exceeds the others' most
+    ms:float # that part on the slow rank, ms per step
+    others_ms:float # that part on the others (median), ms per step
+
+    def say(self, label:str, # what the cause is, in words ('data wait')
+            wait_ms:float, # what the others wait for it per step, ms
+           ) -> str:
+        "The verdict as one sentence"
+        how = f"{self.ratio - 1:.0%} slower" if self.ratio < 2 else f"{self.ratio:.1f}× slower"
+        return (f"rank {self.rank} is {how}: its {label} is {self.ms:.1f} ms/step (others {self.others_ms:.1f}); "
+                f"the other ranks wait for it in communication ({wait_ms:.1f} ms/step)")
+
+def find_straggler(work:dict, # rank -> ms per step it works (its step minus its wait for the others)
+                   parts:dict, # rank -> {part: ms per step}, the parts its step is made of
+                   min_excess:float=0.1, # the straggler works this much longer than the others' median...
+                   min_ms:float=1.0, # ...and at least this many ms per step longer
+                  ) -> Straggler|None: # None: no rank works markedly longer (or only one rank)
+    "The rank the others wait for and the part of its step that makes it slow"
+    if len(work) < 2: return None
+    slow = max(work, key=work.get)
+    others = [r for r in work if r != slow]
+    base = statistics.median(work[r] for r in others)
+    if work[slow] - base < min_ms or work[slow] < base * (1 + min_excess): return None
+    oth = lambda k: statistics.median(parts[r].get(k, 0.) for r in others)
+    cause = max(parts[slow], key=lambda k: parts[slow][k] - oth(k))
+    return Straggler(slow, work[slow] / base if base > 0 else math.inf, cause, parts[slow][cause], oth(cause))

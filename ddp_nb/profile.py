@@ -7,7 +7,7 @@ from __future__ import annotations
 import html, json, math, os, re, statistics, tempfile, time
 from contextlib import contextmanager
 from pathlib import Path
-from .core import RankRunner, call_ranks
+from .core import RankRunner, call_ranks, find_straggler
 
 # %% auto #0
 __all__ = ['MARK', 'STEP', 'COMM', 'WORK', 'on_gpu', 'load_trace', 'Steps', 'profile_steps', 'clock_offset', 'merge_traces',
@@ -228,18 +228,12 @@ def profile_verdict(summary:dict, # from `summarize`
                     min_ms:float=1.0, # ...and at least this many ms per step longer
                    ) -> str|None: # a sentence naming the straggler, or None
     "Names the rank the others wait for, and why, from the profile summary"
-    if len(summary) < 2: return None
-    work = {r: s['step'] - s['exposed_comm'] for r, s in summary.items()}
-    slow = max(work, key=work.get)
-    others = [r for r in summary if r != slow]
-    base = statistics.median(work[r] for r in others)
-    if work[slow] - base < min_ms or work[slow] < base * (1 + min_excess): return None
-    oth = lambda k: statistics.median(summary[r][k] for r in others)
-    cause = max(('idle', 'compute'), key=lambda k: summary[slow][k] - oth(k))
-    what = dict(idle='idle time (no torch op running: data loading, sleeps, Python outside torch)',
-                compute='compute')[cause]
-    return (f"rank {slow} is the straggler: its {what} is {summary[slow][cause]:.1f} ms/step vs {oth(cause):.1f} on "
-            f"the others; the other ranks wait for it in communication ({oth('exposed_comm'):.1f} ms/step exposed)")
+    s = find_straggler({r: x['step'] - x['exposed_comm'] for r, x in summary.items()},
+                       {r: dict(idle=x['idle'], compute=x['compute']) for r, x in summary.items()}, min_excess, min_ms)
+    if s is None: return None
+    wait = statistics.median(x['exposed_comm'] for r, x in summary.items() if r != s.rank)
+    return s.say(dict(idle='idle time (no torch op running: data loading, sleeps, Python outside torch)',
+                      compute='compute')[s.cause], wait)
 
 def summary_table(summary:dict, # from `summarize`
                  ) -> str: # markdown

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math, statistics, time
 from collections import deque
 from contextlib import contextmanager
+from .core import find_straggler
 
 # %% auto #0
 __all__ = ['ALIASES', 'BASE_KEYS', 'LABELS', 'CpuClock', 'CudaClock', 'pick_clock', 'breakdown', 'GradWait', 'StepTimer',
@@ -229,24 +230,17 @@ def straggler_verdict(history, # `cl.history`, its `.records()` or `.to_frame()`
     if not steps: return None
     med = lambda rank, f: statistics.median(f(by[rank][s]) for s in steps)
     work = lambda r: r['t_step'] - r['t_comm']
-    busy = {rk: med(rk, work) for rk in by}
-    slow = max(busy, key=busy.get)
-    others = [rk for rk in by if rk != slow]
-    base = statistics.median(busy[rk] for rk in others)
-    if busy[slow] - base < min_ms or busy[slow] < base * (1 + min_excess): return None
-    wins = sum(max(by, key=lambda rk: work(by[rk][s])) == slow for s in steps)
-    if wins < consistency * len(steps): return None
     keys = sorted({k for rk in by for s in steps for k, v in by[rk][s].items()
                    if k.startswith('t_') and k not in ('t_step', 't_comm') and _ok(v)})
+    if not keys: return None  # no part of a step reported: no cause to name
     get = lambda k: (lambda r: r.get(k, 0.) if _ok(r.get(k, 0.)) else 0.)
-    excess = {k: med(slow, get(k)) - statistics.median(med(rk, get(k)) for rk in others) for k in keys}
-    cause = max(excess, key=excess.get)
-    wait = statistics.median(med(rk, lambda r: r['t_comm']) for rk in others)
-    q = busy[slow] / base if base > 0 else math.inf
-    how = f"{q - 1:.0%} slower" if q < 2 else f"{q:.1f}× slower"
-    return (f"rank {slow} is {how}: its {LABELS.get(cause, cause[2:])} is {med(slow, get(cause)):.0f} ms/step "
-            f"(others {med(slow, get(cause)) - excess[cause]:.0f}); the other ranks wait for it in all-reduce "
-            f"(comm wait {wait:.0f} ms/step)")
+    s = find_straggler({rk: med(rk, work) for rk in by}, {rk: {k: med(rk, get(k)) for k in keys} for rk in by},
+                       min_excess, min_ms)
+    if s is None: return None
+    wins = sum(max(by, key=lambda rk: work(by[rk][st])) == s.rank for st in steps)
+    if wins < consistency * len(steps): return None
+    wait = statistics.median(med(rk, lambda r: r['t_comm']) for rk in by if rk != s.rank)
+    return s.say(LABELS.get(s.cause, s.cause[2:]), wait)
 
 # %% ../nbs/01f_timing.ipynb #f1946dc7
 def rank_breakdown(history, # `cl.history`, its `.records()` or `.to_frame()`
