@@ -16,13 +16,14 @@ def anchor(title: str) -> str:
 
 
 def benchmarks(path=ROOT/'benchmarks'/'results.md') -> str:
-    "The results file's machine and command lines, and a link to each of its sections"
+    "The results file's machine and command lines, and one line of links to its sections"
     text = Path(path).read_text()
     head = [l.rstrip() for l in text.split('\n### ')[0].splitlines() if l.startswith(('Machine:', 'Command:'))]
     secs = re.findall(r'^### (.+)$', text, re.M)
     head = [h.split(' Only ratios')[0].rstrip() for h in head]  # (the notes after it stay in the results file)
-    return '\n'.join(['> ' + '\\\n> '.join(head), ''] +
-                      [f"- [{t}](benchmarks/results.md#{anchor(t)})" for t in secs])
+    short = lambda t: re.split(r':| \(', t)[0]  # '1. Training throughput: ...' -> '1. Training throughput'
+    links = ' · '.join(f"[{short(t)}](benchmarks/results.md#{anchor(t)})" for t in secs)
+    return '\n'.join(['> ' + '\\\n> '.join(head), '', f"Sections: {links}."])
 
 
 def _short(cell: str) -> str:
