@@ -32,13 +32,15 @@ def check_versions() -> list:
 
 # %% ../nbs/00c_compat_torch.ipynb #31a2da57
 def issued_collectives() -> int|None: # None without a process group; 0 where torch does not count
-    "How many collectives this rank issued on the default group, from `ProcessGroup._get_sequence_number_for_group` (tested with torch 2.13)"
+    "How many collectives this rank issued on the default group"
+    # from `ProcessGroup._get_sequence_number_for_group`; tested with torch 2.13
     if not dist.is_initialized(): return None
     pg = dist.distributed_c10d._get_default_group()
     return pg._get_sequence_number_for_group() if hasattr(pg, '_get_sequence_number_for_group') else 0
 
 def reset_group_count():
-    "Set torch's count of process groups made (`distributed_c10d._world.group_count`, which names the next group's store prefix) back to 0 (tested with torch 2.13)"
+    "Set torch's count of process groups made back to 0"
+    # `distributed_c10d._world.group_count`, which names the next group's store prefix; tested with torch 2.13
     w = getattr(dist.distributed_c10d, '_world', None)
     if w is None or not hasattr(w, 'group_count'): raise missing('distributed_c10d._world.group_count')
     w.group_count = 0
@@ -48,7 +50,8 @@ def compress_hook(dtype:torch.dtype, # the dtype gradients travel in
                   process_group, # as DDP passes it to a hook (None: the default group)
                   bucket, # a GradBucket
                  ) -> torch.futures.Future:
-    "torch's generic compression hook: all-reduce `bucket` cast to `dtype`, then cast back (`default_hooks._compress_hook`, tested with torch 2.13)"
+    "torch's generic compression hook: all-reduce `bucket` cast to `dtype`, then cast back"
+    # `default_hooks._compress_hook`; tested with torch 2.13
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
     f = getattr(default_hooks, '_compress_hook', None)
     if f is None: raise missing('ddp_comm_hooks.default_hooks._compress_hook')
@@ -57,7 +60,8 @@ def compress_hook(dtype:torch.dtype, # the dtype gradients travel in
 # %% ../nbs/00c_compat_torch.ipynb #9517244b
 def queue_autograd_callback(cb, # called with no arguments
                            ):
-    "Run `cb` once the current backward pass ends (`Variable._execution_engine.queue_callback`, what DDP itself uses; tested with torch 2.13)"
+    "Run `cb` once the current backward pass ends"
+    # `Variable._execution_engine.queue_callback`, what DDP itself uses; tested with torch 2.13
     eng = getattr(torch.autograd.Variable, '_execution_engine', None)
     if eng is None or not hasattr(eng, 'queue_callback'):
         raise missing('torch.autograd.Variable._execution_engine.queue_callback')
@@ -70,7 +74,8 @@ _LIGHTNING_LAUNCHERS = ('lightning.fabric.strategies.launchers.multiprocessing',
                         'lightning_fabric.strategies.launchers.multiprocessing')
 
 class _AfterImport:
-    "A meta-path finder that calls `hooks[name](module)` right after module `name` is first imported (it wraps that module's loader)"
+    "A meta-path finder that calls `hooks[name](module)` right after module `name` is first imported"
+    # it wraps that module's loader
     def __init__(self): self.hooks = {}
     def find_spec(self, name, path, target=None):
         if name not in self.hooks: return None
@@ -89,7 +94,8 @@ _after_import = _AfterImport()
 def when_imported(names, # module names
                   fn, # called with each module: now if it is imported, else right after its first import
                  ) -> int: # how many of `names` were imported already
-    "Call `fn(module)` for each module of `names` once it is imported, without importing any (an optional library costs nothing until used)"
+    "Call `fn(module)` for each module of `names` once it is imported, without importing any"
+    # so an optional library costs nothing until used
     import sys
     if _after_import not in sys.meta_path: sys.meta_path.insert(0, _after_import)
     now = 0
@@ -103,12 +109,14 @@ def _not_interactive(m):
     if hasattr(m, '_IS_INTERACTIVE'): m._IS_INTERACTIVE = False  # read as a module global when a strategy is chosen
 
 def lightning_not_interactive() -> int: # how many of Lightning's connector modules were imported, and told now
-    "Tell Lightning this process is not an interactive notebook (its connectors' `_IS_INTERACTIVE` flag), once it is imported (tested with lightning 2.6)"
+    "Tell Lightning this process is not an interactive notebook, once it is imported"
+    # its connectors' `_IS_INTERACTIVE` flag; tested with lightning 2.6
     return when_imported(_LIGHTNING_CONNECTORS, _not_interactive)
 
-def guard_lightning_launchers(refuse, # called as refuse(strategy name, start method, processes) before a launch; raises to refuse
+def guard_lightning_launchers(refuse, # refuse(strategy, start method, processes) before a launch; it raises to refuse
                              ) -> int: # how many launcher modules were imported, and guarded now
-    "Make Lightning's process-starting launcher (`_MultiProcessingLauncher.launch`) ask `refuse` first, once it is imported (tested with lightning 2.6)"
+    "Make Lightning's process-starting launcher ask `refuse` first, once it is imported"
+    # `_MultiProcessingLauncher.launch`; tested with lightning 2.6
     def guard(m):
         cls = getattr(m, '_MultiProcessingLauncher', None)
         if cls is None: return
@@ -143,7 +151,9 @@ def _unpin(f) -> int:
 
 def unpin_groups(prefix:str='torch.distributed', # the modules looked at: this one and those below it
                 ) -> int: # defaults reset
-    "Reset to None every default argument holding a ProcessGroup in `prefix`'s functions and methods (`group=group.WORLD` in `torch.distributed.nn.functional`, tested with torch 2.13, keeps a destroyed group, its store and its listeners alive)"
+    "Reset to None every default argument holding a ProcessGroup in `prefix`'s functions and methods"
+    # such as `group=group.WORLD` in `torch.distributed.nn.functional` (tested with torch 2.13), which keeps a destroyed
+    # group, its store and its listeners alive
     import types
     n = 0
     for name, m in list(sys.modules.items()):
@@ -157,7 +167,8 @@ def unpin_groups(prefix:str='torch.distributed', # the modules looked at: this o
 
 # %% ../nbs/00c_compat_torch.ipynb #3309f68d
 def reset_accelerate_state() -> bool: # False when this process has not imported accelerate
-    "Forget Accelerate's cached singletons (PartialState, AcceleratorState, GradientState) via their `_reset_state` (tested with Accelerate 1.15)"
+    "Forget Accelerate's cached singletons (PartialState, AcceleratorState, GradientState)"
+    # via their `_reset_state`; tested with Accelerate 1.15
     if 'accelerate' not in sys.modules: return False
     from accelerate.state import AcceleratorState, GradientState
     if not (hasattr(AcceleratorState, '_reset_state') and hasattr(GradientState, '_reset_state')):
@@ -170,11 +181,12 @@ def reset_accelerate_state() -> bool: # False when this process has not imported
 check_versions()
 
 # %% ../nbs/00c_compat_torch.ipynb #92ddbc35
-def flight_recorder_dump(stacks:bool=True, # symbolize each entry's Python stack, holding the GIL (the first call in a process: ~1 s; then, with an engine's deep stacks, ~10 ms for 256 entries, ~0.7 s for 2000)
-                         # False: only `pg_config` and `pg_status` (each group's last enqueued/completed sequence number), ~10 us
-                         collectives:bool=True,
+def flight_recorder_dump(stacks:bool=True, # symbolize each entry's Python stack, holding the GIL (its cost: above)
+                         collectives:bool=True, # False: only `pg_config`, `pg_status` (sequence numbers), ~10 us
                         ) -> dict: # version, pg_config, pg_status, entries (a list of dicts)
-    "The c10d flight recorders' records of this process: `_dump_fr_trace` (gloo), merged with `_dump_nccl_trace` where torch has NCCL (its own recorder; tested with torch 2.13 CPU and 2.11+cu130)"
+    "The c10d flight recorders' records of this process"
+    # `_dump_fr_trace` (gloo), merged with `_dump_nccl_trace` where torch has NCCL (its own recorder);
+    # tested with torch 2.13 CPU and 2.11+cu130
     import pickle
     c = torch._C._distributed_c10d
     f = getattr(c, '_dump_fr_trace', None)
@@ -188,13 +200,15 @@ def flight_recorder_dump(stacks:bool=True, # symbolize each entry's Python stack
 def merge_dump(into:dict, # a flight-recorder dump, extended in place
                other:dict, # another recorder's dump (NCCL's): its entries and groups added
               ) -> dict:
-    "One dump from two recorders: entries side by side (each group is in one recorder), groups' config and status joined"
+    "One dump from two recorders: entries side by side, groups' config and status joined"
+    # (each group is in one recorder)
     if 'entries' in other: into.setdefault('entries', []).extend(other['entries'] or [])
     for k in ('pg_config', 'pg_status'): into.setdefault(k, {}).update(other.get(k) or {})
     return into
 
 def issued_per_group() -> dict: # group name -> collectives issued on it ({} without a process group)
-    "How many collectives this process issued on each of its process groups (`distributed_c10d._world.pg_map`, `ProcessGroup._get_sequence_number_for_group`; tested with torch 2.13)"
+    "How many collectives this process issued on each of its process groups"
+    # `distributed_c10d._world.pg_map`, `ProcessGroup._get_sequence_number_for_group`; tested with torch 2.13
     w = getattr(dist.distributed_c10d, '_world', None)
     if w is None or not hasattr(w, 'pg_map'): raise missing('distributed_c10d._world.pg_map')
     return {(dist.distributed_c10d._get_process_group_name(pg)

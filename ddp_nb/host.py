@@ -12,7 +12,8 @@ __all__ = ['host_identity', 'route_source', 'pid_alive', 'local_ipv4', 'local_gp
 
 # %% ../nbs/00a_host.ipynb #cb8a02dc
 def host_identity() -> str:
-    "This process's host: hostname, network namespace and boot id (differs between containers and namespaces sharing a hostname)"
+    "This process's host: hostname, network namespace and boot id"
+    # (it differs between containers and network namespaces that share a hostname)
     import os, socket
     try: netns = os.readlink('/proc/self/ns/net')
     except OSError: netns = ''
@@ -22,7 +23,8 @@ def host_identity() -> str:
 
 def route_source(peer:str|None, # an address or host name to reach
                 ) -> str|None: # the local address packets to `peer` leave from; None if there is no route
-    "The address this process uses to reach `peer`, as the routing table picks it (a UDP socket is connected; nothing is sent)"
+    "The address this process uses to reach `peer`, as the routing table picks it"
+    # a UDP socket is connected, which sends nothing
     import socket
     if not peer: return None
     try:

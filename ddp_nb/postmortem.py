@@ -44,7 +44,8 @@ def _short(v, n:int=80) -> str:
     return r if len(r) <= n else r[:n - 1] + '…'
 
 def _cell_names(frame, most:int=20) -> list:
-    "The variables a cell's code reads or assigns, in the order they first appear (a cell's frame has no locals of its own: its namespace is the whole notebook's); modules, classes and functions left out"
+    "The variables a cell's code reads or assigns, first seen first, except modules, classes and functions"
+    # a cell's frame has no locals of its own: its namespace is the whole notebook's
     import ast, types
     src = ''.join(linecache.getlines(frame.f_code.co_filename, frame.f_globals))
     try:
@@ -62,7 +63,8 @@ def _locals(frame, width:int) -> dict:
 
 def failed_frames(width:int=80, # characters of each local's repr
                  ) -> dict: # error: 'Name: message' (or None), frames: outermost first, each where/function/line/locals
-    "Rank side: the frames of the last uncaught error on this rank, with their local variables as short reprs (a cell's: the variables its code uses)"
+    "Rank side: the frames of the last uncaught error on this rank, with their local variables as short reprs"
+    # a cell's frame: the variables its code uses
     tb = _last_traceback()
     if tb is None: return dict(error=None, frames=[])
     err = getattr(sys, 'last_value', None) or getattr(sys, 'last_exc', None)
@@ -89,7 +91,8 @@ def eval_in_frame(expr:str, # a Python expression
 
 # %% ../nbs/00f_postmortem.ipynb #212165ab
 def console_file() -> str:
-    "Rank side: make this engine listen as a Jupyter kernel too (its ports on this host only) and return its connection file"
+    "Rank side: make this engine listen as a Jupyter kernel too and return its connection file"
+    # its ports listen on this host only
     from ddp_nb.compat_ipp import bind_engine_kernel
     return bind_engine_kernel()
 

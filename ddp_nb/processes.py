@@ -27,7 +27,8 @@ def owner_token(pid:int|None=None, # a process id; None for this process
 
 def owner_alive(token:str, # 'pid:start time', as `owner_token` gives it
                ) -> bool:
-    "Whether the process `token` names still runs (not if it exited, is a zombie, or its pid now belongs to another process)"
+    "Whether the process `token` names still runs"
+    # not if it exited, is a zombie, or its pid now belongs to another process
     pid, _, t = token.partition(':')
     try:
         p = psutil.Process(int(pid))
@@ -68,7 +69,8 @@ def cluster_processes(cluster_id:str|None=None, # one cluster's id; None: every 
 
 def cluster_members(cluster_id:str, # IPP_CLUSTER_ID of the cluster
                    ) -> list[psutil.Process]: # its processes, except this one
-    "Other processes that run with IPP_CLUSTER_ID=`cluster_id`: controller and schedulers, engines, nannies, their children"
+    "Other processes that run with IPP_CLUSTER_ID=`cluster_id`"
+    # controller and schedulers, engines, nannies, their children
     return [p for p, _, _ in cluster_processes(cluster_id).get(cluster_id, [])]
 
 def cluster_procs(cluster_id:str|None=None, # a cluster's id, or None for every ddp_nb cluster
@@ -147,7 +149,8 @@ def rank_dir(tmpdir:str|None=None, # the host's temporary folder; None: `tempfil
 def private_file(path:str, # where (in `rank_dir()`)
                  mode:str='w', # 'w', or 'a' to append (the file is new either way)
                 ): # the open file
-    "A new file only this user can read or write (0600) at `path`: what was there is replaced, a symbolic link is never followed"
+    "A new file only this user can read or write (0600) at `path`"
+    # what was there is replaced; a symbolic link is never followed
     try: os.unlink(path)
     except FileNotFoundError: pass
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC | (os.O_APPEND if mode == 'a' else 0)
@@ -166,7 +169,8 @@ RANK_FILE = re.compile(r"(ddp_nb-\d+-\w+?)-(?:stack|collectives)-\d+\.(?:txt|jso
 _SUFFIX = re.compile(r"-(?:stack|collectives)-\d+\.(?:txt|json)(?:\.\d+\.tmp)?")
 
 def _rank_dirs(tmpdir:str|None) -> list[str]:
-    "Where rank files may be on this host: this user's folder (if there and sound), and the temporary folder itself (earlier versions)"
+    "Where rank files may be on this host: this user's folder (if there and sound), and the temporary folder itself"
+    # (the temporary folder: where earlier versions wrote them)
     tmpdir = tmpdir or tempfile.gettempdir()
     try: d = rank_dir(tmpdir, create=False)
     except PermissionError as e: print(e, file=sys.__stderr__); d = None  # not ours: nothing in it is read or removed
@@ -180,7 +184,8 @@ def _mine(path:str) -> bool:
 def rank_files(cluster_id:str, # IPP_CLUSTER_ID of the cluster (an attached cluster's too)
                tmpdir:str|None=None, # the host's temporary folder; None: `tempfile.gettempdir()`
               ) -> list[Path]: # the files of this cluster's ranks on this host
-    "This user's files of a cluster's ranks on this host: stacks for `cl.where()`, collective records (and half-written ones)"
+    "This user's files of a cluster's ranks on this host"
+    # stacks for `cl.where()`, collective records, and half-written ones
     return sorted(Path(d, f) for d in _rank_dirs(tmpdir) for f in os.listdir(d)
                   if f.startswith(cluster_id) and _SUFFIX.fullmatch(f[len(cluster_id):]) and _mine(os.path.join(d, f)))
 
