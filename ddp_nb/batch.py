@@ -17,8 +17,9 @@ __all__ = ['ALONE', 'script_place', 'parse_sinks', 'report_line', 'Sink', 'join_
 # %% ../nbs/01j_batch.ipynb #ae86f2a9
 def script_place(environ:dict, # the process's environment (os.environ)
                  n_gpus:int=0, # GPUs this process sees
-                ) -> dict|None: # rank, local_rank, world_size, local_world_size, group_rank, n_gpus; None: no launcher (a world of one)
-    "This process's place from torchrun's environment (RANK, LOCAL_RANK, WORLD_SIZE, ...), or None when nothing launched it"
+                ) -> dict|None: # rank, local_rank, world_size, local_world_size, group_rank, n_gpus; None: no launcher
+    "This process's place from torchrun's environment, or None when nothing launched it (a world of one)"
+    # torchrun's environment: RANK, LOCAL_RANK, WORLD_SIZE, ...
     if 'RANK' not in environ and 'WORLD_SIZE' not in environ: return None
     missing = [k for k in ('RANK', 'WORLD_SIZE', 'MASTER_ADDR', 'MASTER_PORT') if not environ.get(k)]
     if missing:
@@ -62,7 +63,7 @@ def report_line(rank:int, step:int, vals:dict) -> str:
 
 # %% ../nbs/01j_batch.ipynb #db5252e6
 class Sink:
-    "Where a rank's `report(...)` calls go outside a cluster: a line on stdout now and then (rank 0), JSON Lines, TensorBoard"
+    "Where a rank's `report(...)` calls go outside a cluster: stdout now and then (rank 0), JSON Lines, TensorBoard"
     def __init__(self, rank:int, # this process's rank
                  stdout:float|None=10., # seconds between stdout lines (rank 0 only); None: none
                  jsonl:str|None=None, # folder for rank<R>.jsonl
@@ -157,11 +158,11 @@ def _setting(name:str, given, cast):
     v = os.environ.get(f"DDP_NB_{name}")
     return cast(v) if v not in (None, '') else given
 
-def join_group(threads:int|None=None, # intra-op threads; None: DDP_NB_THREADS, else the host's cores split between its ranks
+def join_group(threads:int|None=None, # intra-op threads; None: DDP_NB_THREADS, else its share of the host's cores
                timeout:float=600, # seconds for the group to form and for each collective (DDP_NB_TIMEOUT overrides)
                backend:str|None=None, # None: nccl with GPUs, else gloo
               ): # RankInfo
-    "Give this process its rank as a cluster gives an engine one, and form the default process group (unless one exists)"
+    "Give this process its rank as a cluster gives an engine one, and form the default process group unless one exists"
     import torch, torch.distributed as dist
     # before the group: imported later (DDP does) it pins the group (see `digits.torchrun_worker`)
     from torch.distributed import nn as _
@@ -190,8 +191,8 @@ def join_group(threads:int|None=None, # intra-op threads; None: DDP_NB_THREADS, 
 def begin(report:str|None='stdout', # where `report()` goes outside a cluster (`parse_sinks`; DDP_NB_REPORT overrides)
           threads:int|None=None, # intra-op threads per rank (`join_group`)
           timeout:float=600, # seconds for the group and each collective
-         ) -> dict: # the names a %%px cell has: rank, local_rank, world_size, local_world_size, device, torch, dist, DDP, report
-    "The top of an exported script: this process's rank and process group, `report()` to its sinks, and the names of a `%%px` cell"
+         ) -> dict: # the %%px names: rank, local_rank, world_size, local_world_size, device, torch, dist, DDP, report
+    "The top of an exported script: the rank, its process group, `report()` to its sinks, and a `%%px` cell's names"
     inside = ctx.record is not None  # a cluster's rank (cl.run_script): report() feeds its dashboard, as in %%px cells
     sinks = parse_sinks(_setting('REPORT', report, str))
     ri = join_group(threads, timeout)
@@ -216,7 +217,8 @@ def end():
 def gpu_cell(flag:str, # 'cuda': the ranks are on GPUs; 'multigpu': two or more GPU ranks
              cell:int|None=None, # the notebook's cell, for the line that says it is skipped
             ) -> bool:
-    "Whether a cell flagged `#| cuda` or `#| multigpu` runs in this world, the same on every rank; where it does not, rank 0 prints why"
+    "Whether a cell flagged `#| cuda` or `#| multigpu` runs in this world, the same on every rank"
+    # where it does not, rank 0 prints why
     import torch, torch.distributed as dist
     if flag not in ('cuda', 'multigpu'): raise ValueError(f"gpu_cell({flag!r}): the flags are 'cuda' and 'multigpu'")
     ri = rank_info()

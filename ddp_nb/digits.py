@@ -45,7 +45,8 @@ def make_loader(ds, # the whole dataset: every rank gets its own shard
                 seed:int=0, # shuffle seed, the same on every rank
                 drop_last:bool=False, # drop the tail so every rank sees equal shards
                ) -> DataLoader:
-    "A DataLoader over this rank's shard, through a seeded DistributedSampler (call `loader.sampler.set_epoch` each epoch)"
+    "A DataLoader over this rank's shard, through a seeded DistributedSampler"
+    # call `loader.sampler.set_epoch` each epoch
     ri = rank_info()
     sampler = DistributedSampler(ds, num_replicas=ri.world_size, rank=ri.rank, shuffle=True, seed=seed,
                                  drop_last=drop_last)
@@ -88,7 +89,8 @@ def accuracy(model, # a model or DDP wrapper
     return (m(X.to(dev)).argmax(1).cpu() == y).float().mean().item()
 
 def param_digest(model) -> str:
-    "sha256 of all parameters' bytes as this rank holds them (a sharded model's: its shards): equal digests mean bit-identical weights"
+    "sha256 of all parameters' bytes as this rank holds them: equal digests mean bit-identical weights"
+    # a sharded model's: its shards
     h = hashlib.sha256()
     for p in getattr(model, 'module', model).parameters():
         p = p.detach()

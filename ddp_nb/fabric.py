@@ -21,7 +21,7 @@ def _refuse(strategy:str, start_method:str, processes):
         f"uses the cluster's process group.")
 
 def fabric_ready() -> bool: # False when Lightning is not installed
-    "On this rank: let Lightning treat it as a process started from outside (it is), and refuse strategies that start processes"
+    "On this rank: let Lightning treat it as a process started from outside, and refuse strategies that start processes"
     if importlib.util.find_spec('lightning') is None and importlib.util.find_spec('lightning_fabric') is None:
         return False
     lightning_not_interactive()

@@ -22,7 +22,8 @@ __all__ = ['Average', 'Sum', 'Adasum', 'Min', 'Max', 'Product', 'global_process_
 def init(comm=None, # Horovod's MPI communicator: not supported (None)
          process_sets=None, # Horovod's process sets: not supported (None)
         ):
-    "Join the default process group: the cluster's in a %%px cell, else one formed from torchrun's environment (or a world of one)"
+    "Join the default process group: the cluster's in a %%px cell, else one formed from torchrun's environment"
+    # (without torchrun's environment: a world of one)
     if comm is not None or process_sets is not None:
         raise NotImplementedError("ddp_nb.horovod supports the global process set only: call hvd.init() "
                                   "without comm= or process_sets=.")
@@ -51,11 +52,15 @@ def local_rank() -> int: "This rank's place on its host"; return rank_info().loc
 def local_size() -> int: "Ranks on this host"; return rank_info().local_world_size
 def cross_size() -> int: "Hosts (Horovod: ranks with this local rank)"; return size() // max(1, local_size())
 def cross_rank() -> int: "This host's place among the hosts"; return rank() // max(1, local_size())
-def is_homogeneous() -> bool: "Every host runs as many ranks (assumed, as torchrun starts them)"; return size() % max(1, local_size()) == 0
+def is_homogeneous() -> bool:
+    "Every host runs as many ranks (assumed, as torchrun starts them)"
+    return size() % max(1, local_size()) == 0
 def mpi_threads_supported() -> bool: "No MPI here"; return False
 def mpi_enabled() -> bool: return False
 def mpi_built() -> bool: return False
-def gloo_enabled() -> bool: "Whether the group runs on gloo"; return is_initialized() and _dist().get_backend() == 'gloo'
+def gloo_enabled() -> bool:
+    "Whether the group runs on gloo"
+    return is_initialized() and _dist().get_backend() == 'gloo'
 def gloo_built() -> bool: return True
 def nccl_built() -> bool:
     "Whether torch has NCCL (Horovod's value is its version; here 1 or 0)"
@@ -111,7 +116,8 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor:float=1
 
 def allreduce(tensor, average=None, name=None, compression=None, op=None, prescale_factor:float=1.0,
               postscale_factor:float=1.0, process_set=None):
-    "Reduce a copy of `tensor` over all ranks (Horovod's default op: Average); `compression` as in Horovod (Compression.fp16)"
+    "Reduce a copy of `tensor` over all ranks (Horovod's default op: Average)"
+    # `compression` as in Horovod (Compression.fp16)
     compression = compression or Compression.none
     t, ctx = compression.compress(tensor.detach().clone())
     return compression.decompress(allreduce_(t, average, name, op, prescale_factor, postscale_factor, process_set), ctx)
@@ -128,8 +134,12 @@ def grouped_allreduce(tensors:list, average=None, name=None, compression=None, o
             for t in tensors]
 
 # %% ../nbs/01i_horovod.ipynb #91377166
-def allreduce_async_(tensor, *args, **kw): "allreduce_, done; a handle for `synchronize`"; return allreduce_(tensor, *args, **kw)
-def allreduce_async(tensor, *args, **kw): "allreduce, done; a handle for `synchronize`"; return allreduce(tensor, *args, **kw)
+def allreduce_async_(tensor, *args, **kw):
+    "allreduce_, done; a handle for `synchronize`"
+    return allreduce_(tensor, *args, **kw)
+def allreduce_async(tensor, *args, **kw):
+    "allreduce, done; a handle for `synchronize`"
+    return allreduce(tensor, *args, **kw)
 def synchronize(handle): "The result of an `*_async` call"; return handle
 def poll(handle) -> bool: "Whether an `*_async` call is done (always)"; return True
 
@@ -178,7 +188,8 @@ def broadcast_object(obj, root_rank:int=0, name=None, process_set=None):
     return box[0]
 
 def alltoall(tensor, splits=None, name=None, process_set=None):
-    "Send slices of dimension 0 to each rank (equal ones, or `splits`) and concatenate what arrives; returns (tensor, received splits)"
+    "Send slices of dimension 0 to each rank and concatenate what arrives: (tensor, received splits)"
+    # the slices: equal ones, or `splits`
     import torch
     _check_set(process_set)
     d, n = _dist(), size()
@@ -195,7 +206,8 @@ def alltoall(tensor, splits=None, name=None, process_set=None):
     return out, recv
 
 def reducescatter(tensor, name=None, compression=None, op=None, process_set=None):
-    "Reduce `tensor` over the ranks (Average or Sum) and keep this rank's slice of dimension 0 (the first ranks get one more row when it does not divide)"
+    "Reduce `tensor` over the ranks (Average or Sum) and keep this rank's slice of dimension 0"
+    # the first ranks get one more row when it does not divide
     t = allreduce(tensor, name=name, compression=compression, op=op, process_set=process_set)
     n, r = size(), rank()
     base, extra = divmod(t.shape[0], n)

@@ -37,7 +37,8 @@ def _controller_host() -> str|None:
 
 def engine_info(peer:str|None=None, # where the notebook reaches the controller (used when this is not an engine)
                ) -> dict:
-    "Facts about this process: host, pid, visible GPUs, usable cores, versions, interfaces and the address it reaches the controller from"
+    "Facts about this process: host, pid, visible GPUs, usable cores, versions, interfaces"
+    # and the address it reaches the controller from
     import torch
     n_gpus = torch.cuda.device_count()
     return dict(host=host_name(), hostname=host_name(), host_key=host_identity(), pid=os.getpid(), n_gpus=n_gpus,
@@ -52,7 +53,8 @@ NET_VARS = ('GLOO_SOCKET_IFNAME', 'NCCL_SOCKET_IFNAME')
 _user_net = {k: os.environ.get(k) for k in NET_VARS}  # as the engine was started (a Slurm script may set them): kept
 
 def _set_net(loopback:bool, ifname:str|None, master_addr:str|None):
-    "Pick the interface gloo and nccl use: lo on one host; else `ifname`, the engine's own setting, or the one that routes to rank 0"
+    "Pick the interface gloo and nccl use"
+    # lo on one host; else `ifname`, the engine's own setting, or the one that routes to rank 0
     if loopback: want = {'GLOO_SOCKET_IFNAME': 'lo', 'NCCL_SOCKET_IFNAME': _user_net['NCCL_SOCKET_IFNAME']}
     else:
         route = None if ifname else iface_of(route_source(master_addr) or '', local_ipv4())
@@ -72,8 +74,9 @@ def setup_rank(p:dict, # this rank's entry from `core.plan_ranks`, with 'n_gpus'
                loopback:bool=True, # keep gloo on the loopback interface (single-host clusters)
                # across hosts: the interface for gloo and nccl; None: the engine's own setting, or the route to rank 0
                ifname:str|None=None,
-              ) -> None: # (nothing: a torch.device sent back would make the notebook import torch; `rank_info()` has it)
-    "Give this process its rank: torchrun environment, thread count, network interface, pinned device (and Accelerate's CPU switch on CPU ranks)"
+              ) -> None: # (a torch.device sent back would make the notebook import torch; `rank_info()` has it)
+    "Give this process its rank: torchrun environment, thread count, network interface, pinned device"
+    # and, on CPU ranks, Accelerate's CPU switch
     import torch
     os.environ.update(env)
     os.environ['OMP_NUM_THREADS'] = str(threads)
@@ -92,7 +95,8 @@ def forget_rank():
 
 # %% ../nbs/01b_rank.ipynb #b941cf80
 def reset_accelerate() -> bool: # False when this process has not imported accelerate
-    "Forget Accelerate's cached state (PartialState, AcceleratorState, GradientState), so the next `Accelerator()` binds to the current group"
+    "Forget Accelerate's cached state, so the next `Accelerator()` binds to the current group"
+    # PartialState, AcceleratorState, GradientState
     from ddp_nb.compat_torch import reset_accelerate_state
     return reset_accelerate_state()
 
@@ -143,7 +147,8 @@ def close_store():
 
 # %% ../nbs/01b_rank.ipynb #a938fe25
 def drop_group():
-    "Destroy the default process group if there is one (nothing of torch's keeps it alive after), and reset torch's group counter either way"
+    "Destroy the default process group if there is one, and reset torch's group counter either way"
+    # nothing of torch's keeps the group alive after
     import torch.distributed as dist
     if dist.is_initialized(): dist.destroy_process_group()
     from ddp_nb.compat_torch import reset_group_count, unpin_groups
@@ -200,7 +205,8 @@ def teardown():
     ctx.fire('teardown')  # what modules bound to the old group (the stop-vote group of `ddp_nb.train`)
 
 def release():
-    "Leave the cluster but keep running (an attached cluster's `stop()`): no process group, store, rank, reports or rank files"
+    "Leave the cluster but keep running: no process group, store, rank, reports or rank files"
+    # (an attached cluster's `stop()`)
     teardown()
     forget_rank()
     from ddp_nb.collectives import uninstall
@@ -235,7 +241,8 @@ def uninstall_stack_dump() -> bool:
     return True
 
 def issued() -> int|None:
-    "How many collectives this rank has issued on the default process group (None without one; 0 where torch does not count)"
+    "How many collectives this rank has issued on the default process group"
+    # None without one; 0 where torch does not count
     from ddp_nb.compat_torch import issued_collectives
     return issued_collectives()
 
@@ -253,7 +260,8 @@ def health(timeout:float=2, # seconds the all-reduce may take
 # %% ../nbs/01b_rank.ipynb #05789245
 def stream_sooner(every:float=0.1, # seconds
                  ) -> bool: # False where the streams are not an IPython kernel's (nothing to change)
-    "Send what this engine prints at most `every` s after it is printed (ipykernel waits 0.2 s), so that a cell's first line shows sooner"
+    "Send what this engine prints at most `every` s after it is printed, so that a cell's first line shows sooner"
+    # (ipykernel waits 0.2 s)
     done = False
     for s in (sys.stdout, sys.stderr):
         if hasattr(s, 'flush_interval'): s.flush_interval, done = every, True  # ipykernel's OutStream
@@ -262,7 +270,8 @@ def stream_sooner(every:float=0.1, # seconds
 # %% ../nbs/01b_rank.ipynb #7c667070
 def enter_cluster(cluster_id:str, # the cluster's id (it names the stack file)
                  ) -> str: # the stack file
-    "Once the group formed: the rank's names in the engine's IPython namespace, and its stacks written on SIGUSR1 for `cl.where()`"
+    "Once the group formed: the rank's names in the engine's IPython namespace, its stacks on SIGUSR1"
+    # the stacks are written to the stack file, for `cl.where()`
     try: from IPython import get_ipython
     except ImportError: get_ipython = lambda: None
     ip = get_ipython()

@@ -94,7 +94,8 @@ def gpu_handle(device):
     return nvml_facts(device).get('handle')
 
 def gpu_memory(handle):
-    "NVML's memory info as nvidia-smi shows it: v2, where the driver's reserved memory is not counted as used (v1 counts it: +480 MiB on an H100)"
+    "NVML's memory info as nvidia-smi shows it"
+    # v2, where the driver's reserved memory is not counted as used (v1 counts it: +480 MiB on an H100)
     import pynvml
     v2 = getattr(pynvml, 'nvmlMemory_v2', None)
     if v2 is not None:
@@ -103,7 +104,7 @@ def gpu_memory(handle):
     return pynvml.nvmlDeviceGetMemoryInfo(handle)
 
 class LoadSampler:
-    "Samples this process's CPU % and RSS, and its GPU's utilisation and memory when there is one (else why not, as gpu_note)"
+    "Samples this process's CPU % and RSS, and its GPU's utilisation and memory (else why not, as gpu_note)"
     def __init__(self, device=None):
         import psutil
         facts = nvml_facts(device)
@@ -132,7 +133,8 @@ MAX_POINTS, MAX_METRICS, MAX_NAME, MAX_FLAGS = 4096, 256, 100, 64  # per batch; 
 def encode(head:dict, # who sent it and its state: rank, pid, host, t, busy, ...
            pts:list, # [(time, step, {metric: float}[, late])], oldest first; late: of an earlier step (`report_late`)
           ) -> bytes:
-    "A batch as one message: a line of JSON, then steps (int64), times (float64) and each metric's values (float64; and int64 indices unless every point has it)"
+    "A batch as one message: a line of JSON, then steps (int64), times (float64) and each metric's values (float64)"
+    # a metric that not every point has: also the int64 indices of the points that have it
     steps, ts, cols, back, late, prev = array('q'), array('d'), {}, [], [], None
     for i, (t, step, vals, *lt) in enumerate(pts):
         steps.append(step); ts.append(t)
@@ -155,7 +157,8 @@ def encode(head:dict, # who sent it and its state: rank, pid, host, t, busy, ...
 
 def decode(msg:bytes, # a batch, as `encode` made it
           ) -> dict:
-    "The header (checked by `check_head`), with `steps` and `ts` (arrays) and `cols`: {metric: (values, indices of the points that have it, or None: every point)}"
+    "The header (checked by `check_head`), with `steps` and `ts` (arrays) and `cols`: {metric: (values, indices)}"
+    # indices: of the points that have the metric, or None: every point
     i = msg.find(b'\n')
     try: head = json.loads(msg[:i] if i >= 0 else msg)
     # [[[... 1,000 deep: RecursionError
@@ -227,7 +230,8 @@ def _cols(cs, n) -> bool:
     return True
 def _back(b, n, lo:int=1) -> bool:  # increasing point indices in lo..n-1
     return type(b) is list and (not b or all(_int(i, lo, n - 1) for i in b) and all(a < c for a, c in zip(b, b[1:])))
-def _load(d, n) -> bool:  # as LoadSampler takes it: cpu and rss, then gpu, gpu_mem and gpu_total or none of them; maybe gpu_note
+def _load(d, n) -> bool:
+    # as LoadSampler takes it: cpu and rss, then gpu, gpu_mem and gpu_total or none of them; maybe gpu_note
     if type(d) is not dict: return False
     k = len(d) - ('gpu_note' in d)
     return ((k == 2 or k == 5) and all(_num(d.get(x), 0) for x in LOAD_KEYS[:k])
@@ -252,7 +256,8 @@ HEAD = dict(
 _REQUIRED = {k for k, (req, _) in HEAD.items() if req}
 
 def _brief(v) -> str:
-    "`v` as JSON in a message: printable, at most 80 characters (a value nested 900 deep: its type; json.dumps and repr recurse)"
+    "`v` as JSON in a message: printable, at most 80 characters"
+    # a value nested 900 deep: its type (json.dumps and repr recurse)
     try: return clean_text(json.dumps(v), 80)
     except RecursionError: return type(v).__name__
 
@@ -311,7 +316,8 @@ class Reporter:
 
 # %% ../nbs/01a_report.ipynb #ec43bce5
 def _step(v) -> tuple:
-    "A reported step as a 64-bit integer, exactly (through a float, steps beyond 2**53 changed and merged): (step, None), or (-1, why not)"
+    "A reported step as a 64-bit integer, exactly: (step, None), or (-1, why not)"
+    # (through a float, steps beyond 2**53 would change and merge)
     try: s = operator.index(v)  # int, numpy integer, integer tensor of one element
     except Exception:
         f, bad = to_number(v)
@@ -321,7 +327,8 @@ def _step(v) -> tuple:
 
 @patch
 def _batch(self:Reporter) -> tuple:
-    "Drain the buffer into one batch of at most MAX_POINTS points and about MAX_BATCH/2 bytes: (header with flags, heartbeat and now and then load; points)"
+    "Drain the buffer into one batch of at most MAX_POINTS points and about MAX_BATCH/2 bytes: (header, points)"
+    # the header has flags, a heartbeat and now and then the load
     pts, flags, names, size = [], [], set(), 0
     at, top = {}, None  # step -> its point in this batch (the newest run's); the newest step not reported late
     while self.buf and len(pts) < MAX_POINTS and size < MAX_BATCH // 2:
@@ -397,7 +404,8 @@ def _cell_ended(*args):
 
 @patch
 def _hook_errors(self:Reporter):
-    "Remember this engine's uncaught errors (IPython's showtraceback) until the next cell starts, and whether a cell runs"
+    "Remember this engine's uncaught errors until the next cell starts, and whether a cell runs"
+    # (IPython's showtraceback)
     try: from IPython import get_ipython
     except ImportError: return
     sh = get_ipython()
@@ -414,7 +422,8 @@ def _hook_errors(self:Reporter):
 # %% ../nbs/01a_report.ipynb #d186e459
 def batch_interval(ranks:int, # ranks reporting to one notebook
                   ) -> float:
-    "Seconds between a rank's batches: 0.1, or longer beyond 100 ranks, so the notebook receives about 1,000 batches a second at most"
+    "Seconds between a rank's batches: 0.1, or longer beyond 100 ranks"
+    # so the notebook receives about 1,000 batches a second at most
     return max(0.1, ranks / 1000)  # the kernel's cost grows with batches as well as points (benchmark 12)
 
 def connect(addr:str, # the collector's address
@@ -455,6 +464,7 @@ def report(step:int|None=None, # the training step; None: one more than the last
 def report_late(step:int, # an earlier step, already reported or not
                 **metrics, # numbers or scalar tensors
                ):
-    "Report metrics of an earlier step (a GPU's timings, read once ready): they join that step and never start a new run"
+    "Report metrics of an earlier step: they join that step and never start a new run"
+    # e.g. a GPU's timings, read once ready
     r = ctx.reporter
     if r is not None: r.report_late(step, **metrics)

@@ -17,7 +17,8 @@ def script_envs(plan:list[dict], # the cluster's rank plan (`core.plan_ranks`), 
                 master_port:int, # port of that store
                 run_id:str, # TORCHELASTIC_RUN_ID for this run
                ) -> list[dict]: # one environment per rank, in rank order
-    "The environment torchrun gives each worker, with the rendezvous store hosted by rank 0 for the script (agent-store mode)"
+    "The environment torchrun gives each worker, with the rendezvous store hosted by rank 0 for the script"
+    # (torchrun's agent-store mode)
     return [dict(torchrun_env(p, master_addr, master_port),
                  ROLE_RANK=str(p['rank']), ROLE_NAME='default', ROLE_WORLD_SIZE=str(p['world_size']),
                  GROUP_WORLD_SIZE=str(len({q.get('group_rank', 0) for q in plan})), TORCHELASTIC_RESTART_COUNT='0',
@@ -85,8 +86,9 @@ def run_rank(path:str, # absolute path of the script
              args:list[str], # its command-line arguments
              env:dict, # torchrun's environment for this rank (`script_envs`)
              cwd:str|None=None, # working directory for the script (the notebook's); None: stay
-            ) -> dict: # rank, exit_code, error (traceback or None), seconds, ended (epoch s), in_group (it left a group)
-    "On a rank: run the script at `path` as `__main__` with torchrun's environment, then destroy its group and restore the process"
+            ) -> dict: # rank, exit_code, error (traceback/None), seconds, ended (epoch s), in_group (it left a group)
+    "On a rank: run the script at `path` as `__main__` with torchrun's environment, then restore the process"
+    # restoring includes destroying the script's process group
     import gc, runpy
     import torch.distributed as dist
     from ddp_nb.rank import drop_group, host_name, reset_accelerate
@@ -130,7 +132,8 @@ def release_peers(env:dict, # the environment the script ran with on this rank (
                   timeout:float=60, # seconds to wait for a peer to reach the rendezvous
                   join_timeout:float=10, # seconds for the group to form once one has
                  ) -> bool: # True if the group formed (and was left)
-    "On a rank whose script failed before it joined the script's group: join it and leave at once, so peers waiting for it go on"
+    "On a rank whose script failed before it joined the script's group: join it and leave at once"
+    # so that peers waiting for it go on
     import gc
     from datetime import timedelta
     import torch.distributed as dist

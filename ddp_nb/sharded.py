@@ -126,7 +126,7 @@ def shard_model(model:nn.Module, # the model, built the same way on every rank (
 
 # %% ../nbs/01g_sharded.ipynb #f2b71ccc
 def shard_summary(model:nn.Module, # a model (sharded or not)
-                 ) -> list: # one dict per parameter: name, shape, local_shape, numel, local_numel, bytes, local_bytes, placement
+                 ) -> list: # a dict per parameter: name, shape, numel, bytes, each's local_ version, placement
     "What this rank holds of each parameter: its shard's shape, elements and bytes beside the whole parameter's"
     rows = []
     for n, p in model.named_parameters():
@@ -148,7 +148,8 @@ def sharded_checkpoints(folder:Union[str, Path], # where `save_sharded` writes
 
 def checkpoint_kind(path:Union[str, Path], # a checkpoint file or folder, or a run's folder
                    ) -> Optional[str]: # 'sharded', 'single' or None
-    "'sharded' (a `save_sharded` folder or a folder of them), 'single' (a `save_checkpoint` file or a folder of them), or None"
+    "What kind of checkpoint `path` holds: 'sharded', 'single' or None"
+    # 'sharded': a `save_sharded` folder or a folder of them; 'single': a `save_checkpoint` file or a folder of them
     p = Path(path)
     if p.is_file(): return 'single' if p.suffix == '.pt' else None
     if not p.is_dir(): return None
@@ -282,7 +283,8 @@ class MetadataUnpickler(pickle.Unpickler):
 
 def read_dcp_metadata(path:Union[str, Path], # a DCP checkpoint's `.metadata`
                      ) -> Metadata:
-    "DCP's index of a checkpoint folder, unpickled by `MetadataUnpickler` (nothing runs), or a `CheckpointError` naming the file"
+    "DCP's index of a checkpoint folder, unpickled by `MetadataUnpickler`, or a `CheckpointError` naming the file"
+    # (the unpickler runs nothing)
     path = Path(path)
     if not path.is_file(): raise CheckpointError(f"{path} is missing: the checkpoint is incomplete.")
     data = path.read_bytes()  # small; from memory, a corrupt length cannot make a read wait or grow
@@ -316,7 +318,7 @@ def _check_storage(md:Metadata, folder:Path):
 
 # %% ../nbs/01g_sharded.ipynb #4b9f7d21
 class SafeReader(dcp.FileSystemReader):
-    "DCP's FileSystemReader, its `.metadata` read by `read_dcp_metadata` and allowed to name only data files in its folder"
+    "DCP's FileSystemReader, its `.metadata` read by `read_dcp_metadata`, allowed to name only its folder's data files"
     def read_metadata(self, *args, **kwargs) -> Metadata:
         folder = Path(self.path)
         if kwargs.get('rank') is not None:  # DCP's fallback to per-rank indexes, which save_sharded never writes
@@ -348,7 +350,8 @@ def _trusted_metadata(folder:Path) -> Metadata:
     return md
 
 def _check_items(md:Metadata, folder:Path):
-    "Load every non-tensor item as `SafePlanner` will (`weights_only=True`): a refused one stops the load before anything changes"
+    "Load every non-tensor item as `SafePlanner` will: a refused one stops the load before anything changes"
+    # (`weights_only=True`)
     for idx, info in md.storage_data.items():
         if not isinstance(md.state_dict_metadata.get(getattr(idx, 'fqn', None)), BytesStorageMetadata): continue
         if getattr(info, 'transform_descriptors', None): continue  # compressed: SafePlanner checks it as it loads
@@ -358,7 +361,8 @@ def _check_items(md:Metadata, folder:Path):
 def check_sharded(path:Union[str, Path], # a checkpoint folder written by `save_sharded`
                   trust:bool=False, # read `.metadata` as DCP does (pickle: it can run code), for checkpoints you wrote
                  ) -> dict: # its meta.pt
-    "`meta.pt` of the checkpoint at `path` once every file it needs is present, whole and safe; else a `CheckpointError` naming the file"
+    "`meta.pt` of the checkpoint at `path` once every file it needs is present, whole and safe"
+    # else a `CheckpointError` naming the file
     path = Path(path)
     meta = load_weights_only(path / 'meta.pt')
     if not isinstance(meta, dict) or meta.get('format') != SHARDED_FORMAT:
@@ -393,7 +397,7 @@ def _choose_sharded(src:Path, # a checkpoint folder, or a run's folder of them
                               f"torch.distributed.checkpoint.load.")
     return newest_good(sharded_checkpoints(src), lambda p: check_sharded(p, trust), f"sharded checkpoints in {src}")
 
-def load_sharded(src:Union[str, Path], # a checkpoint folder from `save_sharded`, or the run's folder (its newest checkpoint)
+def load_sharded(src:Union[str, Path], # a `save_sharded` folder, or the run's folder (its newest checkpoint)
                  # the model to load into: sharded the same way, another way, or not at all (DCP reshards)
                  model:nn.Module,
                  optimizer:Optional[torch.optim.Optimizer]=None, # its optimizer
@@ -403,9 +407,9 @@ def load_sharded(src:Union[str, Path], # a checkpoint folder from `save_sharded`
                  # load in this process only, without collectives (a world of one beside a process group)
                  alone:bool=False,
                  scaler=None, # the AMP grad scaler
-                 # read DCP's index and non-tensor items as DCP does (pickle: they can run code): only for checkpoints you wrote
+                 # read DCP's index and non-tensor items as DCP does (pickle: can run code): for checkpoints you wrote
                  trust:bool=False,
-                ) -> Optional[dict]: # step, epoch, path, extra, world_size and this rank's rank_state; None if there is none
+                ) -> Optional[dict]: # step, epoch, path, extra, world_size, this rank's rank_state; None: no checkpoint
     "Call on every rank (or alone, in one process): restore what `save_sharded` saved"
     together = dist.is_initialized() and not alone
     world, rank = (dist.get_world_size(), dist.get_rank()) if together else (1, 0)
