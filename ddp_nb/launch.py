@@ -78,10 +78,13 @@ def follow_script(rs:RankSet, # the ranks
                   backend:str='gloo', # the backend of the script's group
                   group_timeout:float=60, # seconds for a group to form, and for ranks to stop after SIGINT
                  ) -> tuple[list[int], str|None]: # (ranks that never returned, why the script was stopped)
-    "Follow the script on every rank, release peers of ranks that failed before joining, stop the ranks with SIGINT past `timeout` or on interrupt"
+    "Follow the script on every rank, release peers of ranks that failed before joining, stop the ranks when told"
+    # stopping: SIGINT past `timeout` or on interrupt
     rescues, out, stopped = {}, RankOutput(ars, live_after=0), None
     def failed(a): return a.ready() and not (a.successful() and a.get())  # a release that did not form the group
-    def release():  # ranks that failed before joining the script's group: let the peers waiting for them go on (again if a try failed)
+    def release():
+        # ranks that failed before joining the script's group: let the peers waiting for them go on
+        # (again if a try failed)
         for r, ar in ars.items():
             res = ar.get() if ar.ready() and ar.successful() else None
             if res and res['exit_code'] and not res['in_group'] and (r not in rescues or failed(rescues[r])):
@@ -113,7 +116,8 @@ def run_script(rs:RankSet, # the ranks of a running cluster
                run_id:str='', # TORCHELASTIC_RUN_ID
                reform=None, # called after the script to form the cluster's own group again
               ) -> list[dict]: # per rank: rank, exit_code, seconds, stdout, stderr, error
-    "Run an unchanged torchrun script on every rank (fresh rendezvous, torchrun's environment), then give the cluster its group back"
+    "Run an unchanged torchrun script on every rank, then give the cluster its group back"
+    # with a fresh rendezvous and torchrun's environment
     path, args, name = (_script_path(path), [os.fspath(a) if isinstance(a, os.PathLike) else str(a) for a in args],
                         os.path.basename(path))
     if timeout is not None and timeout <= 0:

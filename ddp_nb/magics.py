@@ -19,7 +19,8 @@ def px_magics(shell, # the IPython shell
               sup:Supervisor, # supervises each cell
               interrupt, # called with `ar=` when the stop button lands (the cluster's `interrupt`)
              ):
-    "ipyparallel's parallel magics for `view`: every cell supervised by `sup`, its output labelled by rank, the stop button handled by `interrupt`"
+    "ipyparallel's parallel magics for `view`: every cell supervised by `sup`, its output labelled by rank"
+    # the stop button: handled by `interrupt`
     from ipyparallel.client.magics import ParallelMagics
 
     class SupervisedMagics(ParallelMagics):
@@ -54,7 +55,8 @@ def px_magics(shell, # the IPython shell
 def stop_error(ar, # the cell's task (None: the stop came before it was sent)
             did:dict, # what `interrupt` returned: rank -> what happened ({}: nothing was running)
            ) -> Interrupted:
-    "What a %%px cell raises once the stop button stopped it: the line `interrupt` printed (marked shown), or what happened if it printed none"
+    "What a %%px cell raises once the stop button stopped it"
+    # the line `interrupt` printed (marked shown), or what happened if it printed none
     said = getattr(getattr(ar, '_ddp_watch', None), 'interrupted', None)
     if said: return Interrupted(*said, shown=True)
     if did and all(v == 'gone' for v in did.values()):
@@ -65,7 +67,9 @@ def stop_error(ar, # the cell's task (None: the stop came before it was sent)
 # %% ../nbs/02d_magics.ipynb #121d635b
 def quiet_interrupts(shell, # an IPython InteractiveShell (the notebook's kernel)
                     ):
-    "Make `shell` end a cell that raised `Interrupted` with the error's one line (unless shown) and no traceback: plain output if it was calm, stderr if not. The cell still fails, so Run All, nbclient, papermill and nbdev_test stop there; a custom handler set before keeps its exceptions"
+    "Make `shell` end a cell that raised `Interrupted` with the error's one line and no traceback"
+    # the line (unless shown): plain output if the stop was calm, stderr if not;
+    # a custom handler set before keeps its own exceptions
     if Interrupted in tuple(shell.custom_exceptions): return
     others, before = tuple(shell.custom_exceptions), shell.CustomTB
     def handler(sh, etype, value, tb, tb_offset=None):

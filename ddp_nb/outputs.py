@@ -45,7 +45,8 @@ class Lines:
         return out
 
     def live(self) -> bool:
-        "Whether the unfinished line is shown in place now: it was rewritten ('\\r': a progress bar), or it waited `LIVE_AFTER` s"
+        "Whether the unfinished line is shown in place now"
+        # it was rewritten ('\\r': a progress bar), or it waited `LIVE_AFTER` s
         return bool(self.line) and (self.cr or time.monotonic() - self.since >= LIVE_AFTER)
 
 # %% ../nbs/02k_outputs.ipynb #0f3b7c4b
@@ -141,7 +142,7 @@ class Frame:
 
 # %% ../nbs/02k_outputs.ipynb #6e7ed275
 class RankView:
-    "What one rank shows in the cell: its lines, a line being rewritten shown in place, its displays by id, its frame after clear_output"
+    "What one rank shows in the cell: lines, a rewritten line in place, displays by id, its frame after clear_output"
     def __init__(self, rank:int, screen:Screen,
                  tag:str, # unique per cell: names the displays this view makes
                 ):
@@ -238,8 +239,9 @@ def _replay(f, v:RankView):
     if md['execute_result']: v.take('execute_result', md['execute_result'])
 
 class RankOutput:
-    "What every rank of a task shows, labelled by rank: from `HOLD` s after the start as it arrives (in rank order per look), the rest at the end"
-    def __init__(self, ar, # an AsyncResult with one task per rank, or {rank: AsyncResult} (one task each: `cl.run_script`)
+    "What every rank of a task shows, labelled by rank: as it arrives from `HOLD` s on, the rest at the end"
+    # (as it arrives: in rank order per look)
+    def __init__(self, ar, # an AsyncResult, one task per rank, or {rank: AsyncResult} (one task each: `cl.run_script`)
                  ranks:dict|None=None, # engine id -> rank (for an AsyncResult)
                  live_after:float|None=HOLD, # seconds before output is shown as it arrives (None: only at the end)
                 ):

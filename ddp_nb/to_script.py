@@ -39,7 +39,8 @@ def _targets(args:str) -> str|None:
 
 def gpu_flag(code:str, # a cell's code, after its %%px/%%rank line
             ) -> str|None: # 'multigpu', 'cuda' or None
-    "The GPU flag among the cell's leading nbdev directives (`#| cuda`, `#| multigpu`; the stronger if both), as `nbdev_test` reads them"
+    "The GPU flag among the cell's leading nbdev directives, as `nbdev_test` reads them"
+    # `#| cuda` or `#| multigpu`; the stronger if both
     keys = set()
     for l in code.split('\n'):
         s = l.strip()
@@ -173,8 +174,9 @@ def _on_cluster(node, clusters:set) -> bool:
 
 def kernel_effects(code:str, # a kernel cell
                    clusters:set={'cl'}, # names bound to the cluster
-                  ) -> tuple: # (names pushed to the ranks, calls that ran code on them as 'cl.run', objects pushed by name)
-    "The names a kernel cell sends to the ranks, the calls with which it runs code there, and the functions/classes/modules it pushes by name"
+                  ) -> tuple: # (names pushed, calls that ran code on the ranks as 'cl.run', objects pushed by name)
+    "The names a kernel cell sends to the ranks, the calls that run code there, and the objects it pushes by name"
+    # objects: functions, classes and modules
     tree, pushed, calls, objects = _plain(code), set(), [], []
     for n in sorted((n for n in ast.walk(tree) if hasattr(n, 'lineno')),
                     key=lambda n: (n.lineno, n.col_offset)) if tree else ():
@@ -265,8 +267,10 @@ def ipython_lines(code:str) -> list: # the lines that are IPython syntax, not Py
     new = TransformerManager().transform_cell(code).split('\n')
     return [l for l, m in zip(code.split('\n'), new) if l != m]
 
-def _flow(cells:list, given=()) -> tuple: # (problems by cell number, {name: (the kernel cell that pushed it or None, the first cell that reads it)})
-    "What `check_cells` finds, and the values the exported cells take from the kernel; `given`: names the script is given values for"
+def _flow(cells:list,
+          given=(), # names the script is given values for
+         ) -> tuple: # (problems by cell number, {name: (kernel cell that pushed it or None, first cell that reads it)})
+    "What `check_cells` finds, and the values the exported cells take from the kernel"
     out, taken, exported, given = {}, {}, [c for c in cells if c.kind in ('px', 'rank')], set(given)
     def problem(c, s): out.setdefault(c.number, []).append(s)
     names = {}
@@ -319,7 +323,7 @@ def check_cells(cells:list, # from `read_cells`
 
 def kernel_values(cells:list, # from `read_cells`
                  ) -> dict: # name -> (the kernel cell that pushed it, or None; the first exported cell that reads it)
-    "The values the exported cells take from the kernel (or from no cell at all): what `to_script(values=...)` can give the script"
+    "The values the exported cells take from the kernel or no cell at all, for `to_script(values=...)`"
     return _flow(cells)[1]
 
 
@@ -501,7 +505,7 @@ def to_script(notebook, # the .ipynb
               slurm:bool=False, # also write an sbatch file (out with .sbatch)
               # for `sbatch_text`: nodes, gpus_per_node, procs_per_node, cpus_per_node, job_name, options, python, args
               **slurm_kw,
-             ) -> dict: # script, sbatch (or None), problems, cells (what each cell became), gpu (cell -> flag), values (what it takes from the kernel)
+             ) -> dict: # script, sbatch, problems, cells, gpu, values (see above)
     "Write the notebook's %%px and %%rank cells as a torchrun script (and an sbatch file)"
     from ddp_nb.batch import parse_sinks
     parse_sinks(report)  # a bad spec fails here, not in the job
