@@ -78,8 +78,7 @@ def follow_script(rs:RankSet, # the ranks
                   backend:str='gloo', # the backend of the script's group
                   group_timeout:float=60, # seconds for a group to form, and for ranks to stop after SIGINT
                  ) -> tuple[list[int], str|None]: # (ranks that never returned, why the script was stopped)
-    "Follow the script on every rank, release peers of ranks that failed before joining, stop the ranks when told"
-    # stopping: SIGINT past `timeout` or on interrupt
+    "Follow the script on each rank, release peers of ranks that failed to join, SIGINT all on `timeout` or interrupt"
     rescues, out, stopped = {}, RankOutput(ars, live_after=0), None
     def failed(a): return a.ready() and not (a.successful() and a.get())  # a release that did not form the group
     def release():

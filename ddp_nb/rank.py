@@ -74,7 +74,7 @@ def setup_rank(p:dict, # this rank's entry from `core.plan_ranks`, with 'n_gpus'
                loopback:bool=True, # keep gloo on the loopback interface (single-host clusters)
                # across hosts: the interface for gloo and nccl; None: the engine's own setting, or the route to rank 0
                ifname:str|None=None,
-              ) -> None: # (a torch.device sent back would make the notebook import torch; `rank_info()` has it)
+              ) -> None: # nothing (a torch.device would make the notebook import torch; `rank_info()` has it)
     "Give this process its rank: torchrun environment, thread count, network interface, pinned device"
     # and, on CPU ranks, Accelerate's CPU switch
     import torch
@@ -270,7 +270,7 @@ def stream_sooner(every:float=0.1, # seconds
 # %% ../nbs/01b_rank.ipynb #7c667070
 def enter_cluster(cluster_id:str, # the cluster's id (it names the stack file)
                  ) -> str: # the stack file
-    "Once the group formed: the rank's names in the engine's IPython namespace, its stacks on SIGUSR1"
+    "Once the group formed: the rank's names in the engine's IPython namespace, its stacks written on SIGUSR1"
     # the stacks are written to the stack file, for `cl.where()`
     try: from IPython import get_ipython
     except ImportError: get_ipython = lambda: None

@@ -361,8 +361,8 @@ def _check_items(md:Metadata, folder:Path):
 def check_sharded(path:Union[str, Path], # a checkpoint folder written by `save_sharded`
                   trust:bool=False, # read `.metadata` as DCP does (pickle: it can run code), for checkpoints you wrote
                  ) -> dict: # its meta.pt
-    "`meta.pt` of the checkpoint at `path` once every file it needs is present, whole and safe"
-    # else a `CheckpointError` naming the file
+    "`meta.pt` of the checkpoint at `path` once every file it needs is present, whole and safe, else `CheckpointError`"
+    # (the error names the file)
     path = Path(path)
     meta = load_weights_only(path / 'meta.pt')
     if not isinstance(meta, dict) or meta.get('format') != SHARDED_FORMAT:
