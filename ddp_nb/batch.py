@@ -5,8 +5,10 @@
 # %% ../nbs/01j_batch.ipynb #15f2c5b1
 from __future__ import annotations
 import json, math, os, sys, time
+from dataclasses import replace
 from fastcore.basics import patch
-from .core import PROGRESS_KEYS, StepCounter, pick_backend, tb_tag, tensorboard_parts, threads_per_rank, torchrun_env
+from .core import (PROGRESS_KEYS, Rank, StepCounter, pick_backend, tb_tag, tensorboard_parts, threads_per_rank,
+                         torchrun_env)
 from .context import ctx, rank_info
 from .report import _step, clean_text, to_number
 from . import rank as rank_side  # (imports torch inside its functions)
@@ -17,7 +19,7 @@ __all__ = ['ALONE', 'script_place', 'parse_sinks', 'report_line', 'Sink', 'join_
 # %% ../nbs/01j_batch.ipynb #ae86f2a9
 def script_place(environ:dict, # the process's environment (os.environ)
                  n_gpus:int=0, # GPUs this process sees
-                ) -> dict|None: # rank, local_rank, world_size, local_world_size, group_rank, n_gpus; None: no launcher
+                ) -> Rank|None: # its place (rank, local_rank, world sizes, group_rank, n_gpus); None: no launcher
     "This process's place from torchrun's environment, or None when nothing launched it (a world of one)"
     # torchrun's environment: RANK, LOCAL_RANK, WORLD_SIZE, ...
     if 'RANK' not in environ and 'WORLD_SIZE' not in environ: return None
@@ -27,11 +29,11 @@ def script_place(environ:dict, # the process's environment (os.environ)
                            "`torchrun --nproc_per_node=N script.py`, or with plain "
                            "`python script.py` (a world of one).")
     ws = int(environ['WORLD_SIZE'])
-    return dict(rank=int(environ['RANK']), local_rank=int(environ.get('LOCAL_RANK', 0)), world_size=ws,
+    return Rank(rank=int(environ['RANK']), local_rank=int(environ.get('LOCAL_RANK', 0)), world_size=ws,
                 local_world_size=int(environ.get('LOCAL_WORLD_SIZE', ws)), group_rank=int(environ.get('GROUP_RANK', 0)),
                 n_gpus=n_gpus)
 
-ALONE = dict(rank=0, local_rank=0, world_size=1, local_world_size=1, group_rank=0)  # `python script.py`
+ALONE = Rank(0)  # `python script.py`: a world of one
 
 # %% ../nbs/01j_batch.ipynb #b573d2bc
 def parse_sinks(spec:str|None, # e.g. 'stdout', 'stdout=30,jsonl=logs', 'tensorboard=runs/a', 'none'
@@ -172,13 +174,13 @@ def join_group(threads:int|None=None, # intra-op threads; None: DDP_NB_THREADS, 
         p = script_place(os.environ, torch.cuda.device_count())
         env = {}
         if p is None:  # a world of one: our own store on a free loopback port
-            p = dict(ALONE, n_gpus=torch.cuda.device_count())
+            p = replace(ALONE, n_gpus=torch.cuda.device_count())
             env = torchrun_env(p, '127.0.0.1', rank_side.open_store('127.0.0.1', 1, timeout))
             _opened['store'] = True
-        backend = backend or pick_backend(p['n_gpus'])
+        backend = backend or pick_backend(p.n_gpus)
         threads = (_setting('THREADS', threads, int)
-                   or threads_per_rank(len(os.sched_getaffinity(0)), p['local_world_size']))
-        rank_side.setup_rank(p, env, threads, backend, loopback=p['local_world_size'] == p['world_size'])
+                   or threads_per_rank(len(os.sched_getaffinity(0)), p.local_world_size))
+        rank_side.setup_rank(p, env, threads, backend, loopback=p.local_world_size == p.world_size)
     addr, port = os.environ['MASTER_ADDR'], int(os.environ['MASTER_PORT'])
     if rank_info().rank == 0 and ctx.store is None and os.environ.get('TORCHELASTIC_USE_AGENT_STORE') != 'True':
         # env:// without torchrun's agent: rank 0 hosts the store

@@ -12,18 +12,18 @@ __all__ = ['machine_info', 'describe_machine', 'write_results', 'demo', 'cluster
            'main']
 
 # %% ../nbs/02h_cli.ipynb #561f110f
-def machine_info(plan:list[dict], # the cluster's rank plan (`engine.engine_info` facts per rank)
+def machine_info(plan:list, # the cluster's ranks (`core.Rank`: `rank.engine_info`'s facts per rank)
                  backend:str, # the process group's backend
                 ) -> dict: # torch build, backend, world size, hosts and each rank's device
     "What a run really ran on, so a user sees at once whether the GPU build of torch was installed"
     from ddp_nb.core import rank_device
-    devs = [rank_device(backend, p['n_gpus'], p['local_rank']) for p in plan]
-    names = [p['gpu_names'][p['local_rank']] if d.startswith('cuda') and p.get('gpu_names') else 'CPU'
-             for p, d in zip(plan, devs)]
-    return dict(torch=plan[0]['torch'], torch_cuda=plan[0].get('torch_cuda'), backend=backend, world_size=len(plan),
-                hosts=len({p['host'] for p in plan}),
+    devs = [p.device or rank_device(backend, p.n_gpus, p.local_rank) for p in plan]
+    names = [p.gpu_names[p.local_rank] if d.startswith('cuda') and p.gpu_names else 'CPU' for p, d in zip(plan, devs)]
+    return dict(torch=plan[0].facts['torch'], torch_cuda=plan[0].facts.get('torch_cuda'), backend=backend,
+                world_size=len(plan), hosts=len({p.host for p in plan}),
                 devices=[f"{d} ({n})" if d != 'cpu' else d for d, n in zip(devs, names)],
-                nvidia_driver_without_cuda_torch=any(p.get('nvidia_driver') and not p.get('torch_cuda') for p in plan))
+                nvidia_driver_without_cuda_torch=any(p.facts.get('nvidia_driver') and not p.facts.get('torch_cuda')
+                                                     for p in plan))
 
 def describe_machine(m:dict, # from `machine_info`
                     ) -> str:

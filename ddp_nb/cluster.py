@@ -7,13 +7,13 @@ from __future__ import annotations
 import os, secrets, signal, sys, threading, time, warnings
 from multiprocessing.util import Finalize
 from fastcore.basics import patch
-from .core import Phases, engine_count, make_cluster_id, pick_backend
+from .core import Phases, Rank, RankState, engine_count, make_cluster_id, pick_backend
 from .host import local_cpus, local_gpus
 from .processes import cluster_procs, kill_procs, remove_rank_files
 from .compat_ipp import abandon_client, session_key, stop_sync_thread
 from . import rank
 from .report import batch_interval, connect as connect_reporter
-from .ranks import Rank, RankSet, push
+from .ranks import RankSet, push
 from .engines import (await_registration, connect_existing, controller_down, controller_ip, death_cause,
                             exit_code, ipp_cluster, remote_count, ssh_hosts, start_more, stop_ipp, wait_for_engines,
                             watch_exits)
@@ -156,7 +156,7 @@ def stop(self:DDPCluster,
 def _death(self:DDPCluster, r:int, pid:int|None=None) -> str:
     "How the engine of rank `r` (process `pid`; None: its engine now) ended, in words: its exit status on this host"
     if self._ranks.is_local(r):
-        return death_cause(exit_code(self._ipp, self._ranks.plan[r]['pid'] if pid is None else pid))
+        return death_cause(exit_code(self._ipp, self._ranks.plan[r].pid if pid is None else pid))
     return "died (its exit status is known on its own host only)"
 
 # %% ../nbs/02g_cluster.ipynb #4be7b1e5
@@ -383,8 +383,8 @@ def on(self:DDPCluster, ranks=None, # int, list, '0,2', '1:3' or 'all'
 # %% ../nbs/02g_cluster.ipynb #31563dca
 @patch(as_prop=True)
 def ranks(self:DDPCluster) -> list[Rank]:
-    "Rank, engine id, host, pid, local rank and device of every rank"
-    return self._ranks.info(self.backend)
+    "Every rank (`core.Rank`): rank, local rank, host, pid, engine id, device, and its state now (`RankState`)"
+    return self._ranks.ranks()
 
 # %% ../nbs/02g_cluster.ipynb #c956ae77
 @patch
@@ -434,7 +434,7 @@ def where(self:DDPCluster,
     stacks = where(self._ranks, self.cluster_id, ranks, wait)
     if show:
         show_stacks(self._ranks, stacks)
-        desync = self._sup.desync({r: ('running' if s == 'running' else 'ok', None)
+        desync = self._sup.desync({r: (RankState.RUNNING if s == RankState.RUNNING else RankState.OK, None)
                                    for r, s in self._ranks.status().items()})
         if desync: print(desync[:1].upper() + desync[1:])
     return stacks
@@ -454,8 +454,8 @@ def collectives(self:DDPCluster, last:int=20, # the most recent collectives per 
                ):
     "Every rank's recent collectives side by side (op, sequence number, shapes, dtypes, source line), differences shown"
     self._live()
-    recs = read_records(self.cluster_id, self._ranks.plan)  # what busy, blocked, stopped or dead ranks wrote last
-    idle = [r for r, s in self._ranks.status().items() if s == 'idle']
+    recs = read_records(self.cluster_id, self._ranks.select())  # what busy, blocked, stopped or dead ranks wrote last
+    idle = [r for r, s in self._ranks.status().items() if s == RankState.IDLE]
     try: recs.update(self._ranks.call(recent_collectives, last, ranks=idle, what='Reading collectives', timeout=10)
                      if idle else {})
     except RuntimeError: pass  # an idle rank that does not answer: its file stands
@@ -529,7 +529,7 @@ def console(self:DDPCluster, rank:int, # the rank to open a console on
     self._live()
     f = self.run(console_file, ranks=[rank], timeout=30)[0]
     cmd = f"jupyter console --existing {f}"
-    print(f"In a terminal on {self._ranks.plan[rank]['host']}: {cmd}\n%debug there opens the debugger where rank "
+    print(f"In a terminal on {self._ranks.plan[rank].host}: {cmd}\n%debug there opens the debugger where rank "
           f"{rank}'s last error was raised. Leave the console with Ctrl-D (the engine keeps running); then cl.check() "
           "says whether the group is healthy.")
     return cmd
@@ -596,8 +596,8 @@ def _outcome(states:dict, # rank -> (state, error) of the interrupted task (`Ran
              n:int, # the world size
             ) -> dict: # rank -> 'ended', 'stopped' (cooperatively), 'interrupted' or 'finished'
     "What an interrupt did to each rank"
-    how = {'stopped': 'stopped', 'error': 'interrupted'}
-    return {r: 'ended' if r in ended else how.get(states.get(r, ('ok',))[0], 'finished') for r in range(n)}
+    how = {RankState.STOPPED: 'stopped', RankState.ERROR: 'interrupted'}
+    return {r: 'ended' if r in ended else how.get(states.get(r, (RankState.OK,))[0], 'finished') for r in range(n)}
 
 # %% ../nbs/02g_cluster.ipynb #0cf44695
 @patch
@@ -688,7 +688,7 @@ def _replacements(self:DDPCluster, ranks:list, # the ranks being replaced
     while len(set(self._rc.ids) - old) < len(ranks) and time.monotonic() < deadline: time.sleep(0.1)
     new_ids = sorted(set(self._rc.ids) - old)
     if len(new_ids) < len(ranks):  # ddp_nb starts engines on this host only
-        where = ', '.join(sorted({self._ranks.plan[r]['host'] for r in ranks}))
+        where = ', '.join(sorted({self._ranks.plan[r].host for r in ranks}))
         raise RuntimeError(f"restart: ranks {ranks} (host {where}) need {len(ranks)} new engine(s) and "
                            f"{len(new_ids)} spare one(s) are registered after {wait:g}s. With engines={self.engines!r} "
                            "ddp_nb does not start engines on other hosts: start them there (`ipengine "
@@ -704,7 +704,7 @@ def _regroup(self:DDPCluster, keep:dict, # engine id -> rank, for the engines th
     if keep: teardown(self._ranks, list(keep.values()), timeout=self.timeout)
     self._form_group(fixed=keep, ids=list(keep) + new_ids)
     self._activate()  # %%px on the new engines
-    new = [p['rank'] for p in self._ranks.plan if p['engine_id'] not in keep]
+    new = [p.rank for p in self._ranks.plan if p.engine_id not in keep]
     if new and self._collector is not None: self._connect_reporters(new)
     if new: self._warm_records(new)
 
@@ -736,7 +736,7 @@ def restart(self:DDPCluster,
     ranks, t0 = self._to_replace(ranks), time.monotonic()
     self._sup.claim_all()  # tasks of replaced ranks end here: no notices from the background watcher
     if ranks: self._ranks.end(ranks, why='was ended by cl.restart()')  # also one the controller dropped that still runs
-    keep = {p['engine_id']: p['rank'] for p in self._ranks.plan if p['rank'] not in ranks}
+    keep = {p.engine_id: p.rank for p in self._ranks.plan if p.rank not in ranks}
     self._regroup(keep, self._replacements(ranks, wait))
     print(_restarted_line(ranks, sorted(keep.values()), self.master_port, time.monotonic() - t0))  # plain output
     return self
@@ -759,7 +759,7 @@ def is_local(self:DDPCluster, rank:int) -> bool:
 @patch
 def describe(self:DDPCluster, rank:int) -> str:
     "'rank R (host H, pid P)' for messages"
-    return self._ranks.describe(rank)
+    return self._ranks.plan[rank].describe()
 
 # %% ../nbs/02g_cluster.ipynb #0884438c
 @patch

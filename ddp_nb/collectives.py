@@ -6,6 +6,7 @@
 from __future__ import annotations
 import html, itertools, json, os, re, sys, threading, time
 from pathlib import Path
+from .core import name_ranks
 from .processes import rank_dir, write_private
 
 # %% auto #0
@@ -194,13 +195,13 @@ def uninstall() -> bool:
 
 # %% ../nbs/00h_collectives.ipynb #c3100010
 def read_records(cluster_id:str, # the cluster's id
-                 ranks_plan:list, # the ranks: ints, or the plan's dicts with a 'rank' key
+                 ranks_plan:list, # the ranks: ints, or `core.Rank`s
                  meta:bool=False, # also return each file's time, pid and the groups' status
                 ) -> dict: # rank -> records (oldest first); None for a rank without a file (no recorder installed)
     "The records every rank wrote last (readable while ranks are blocked in a collective, dead or stopped)"
     out, folder = {}, rank_dir(create=False)  # None: no rank has written anything on this host
     for p in ranks_plan:
-        r = p['rank'] if isinstance(p, dict) else p
+        r = getattr(p, 'rank', p)
         try: d = json.loads(Path(collectives_file(cluster_id, r, folder)).read_text()) if folder else {}
         except (OSError, ValueError): d = {}
         d = d or dict(records=None, time=None, pid=None, status=None)
@@ -250,8 +251,6 @@ def _not_issued(rank, lastr, state, ref, grp) -> str:
     how = {'finished': 'it finished the cell', 'raised': 'it raised an error'}.get(state, f'it is {state}')
     return f"rank {rank} skipped the {ref['op']} ({was}; {how})"
 
-def _ranks(rs) -> str: return ('rank ' if len(rs) == 1 else 'ranks ') + ','.join(map(str, rs))
-
 def desync_report(records:dict, # rank -> records, oldest first (`read_records`)
                   # rank -> 'running', 'finished', 'raised', 'dead', 'stopped' (SIGSTOP), 'lost' (None: all running)
                   states:dict|None=None,
@@ -289,7 +288,7 @@ def desync_report(records:dict, # rank -> records, oldest first (`read_records`)
                 waiting = [r for r in present if at[r]['state'] == 'pending' and states[r] == 'running']
                 lines = [_not_issued(r, seqs[r][max(seqs[r])] if seqs[r] else None, states[r], ref, grp) for r in ranks
                          if at[r] is None]
-                lines += ([f"{_ranks(waiting)} wait{'s' if len(waiting) == 1 else ''} in "
+                lines += ([f"{name_ranks(waiting)} wait{'s' if len(waiting) == 1 else ''} in "
                            f"it: {describe_record(ref, grp)}"] if waiting else [])
             out.append(f"collectives out of step at each rank's {nth(n)} "
                        f"collective{' on group ' + g[0] if grp else ''}: " + '; '.join(lines))
@@ -305,7 +304,7 @@ def desync_report(records:dict, # rank -> records, oldest first (`read_records`)
                        and records[r][-1]['state'] == 'pending'])
         out.append('; '.join(lines))
     if not out: return None
-    if unknown: out.append(f"({_ranks(unknown)}: no records, the recorder is not installed there)")
+    if unknown: out.append(f"({name_ranks(unknown)}: no records, the recorder is not installed there)")
     return '\n'.join(out)
 
 # %% ../nbs/00h_collectives.ipynb #c310001d

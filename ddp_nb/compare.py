@@ -6,13 +6,13 @@
 from __future__ import annotations
 import dataclasses, hashlib, html, os, pickle, sys, time
 from fastcore.basics import patch
-from .core import RankRunner, call_ranks, parse_ranks, rank_ranges
+from .core import RankRunner, call_ranks, name_ranks, parse_ranks, rank_ranges
 
 # %% auto #0
 __all__ = ['tensor_digest', 'NumberList', 'EmptyContainer', 'is_dtensor', 'leaf_entry', 'dtensor_entry', 'unwrap_module',
-           'leaves', 'fingerprint', 'rng_states', 'sampler_positions', 'evaluate', 'ranks_text', 'CompareRow',
-           'compare_row', 'Comparison', 'compare_fingerprints', 'comparison_text', 'comparison_html', 'leaf_values',
-           'rank_values', 'fill_diffs', 'compare_objects', 'compare']
+           'leaves', 'fingerprint', 'rng_states', 'sampler_positions', 'evaluate', 'CompareRow', 'compare_row',
+           'Comparison', 'compare_fingerprints', 'comparison_text', 'comparison_html', 'leaf_values', 'rank_values',
+           'fill_diffs', 'compare_objects', 'compare']
 
 # %% ../nbs/00e_compare.ipynb #f8717c94
 _CHUNK = 1 << 26  # bytes hashed at a time: a GPU tensor is copied to the CPU this much at a time
@@ -272,14 +272,6 @@ def _sig(e:dict) -> tuple:
     "What must be equal for two entries to agree"
     return (e['kind'], e['type'], e['shape'], e['dtype'], e['hash'], e.get('error'))
 
-def _span(rs:list) -> str:
-    "Ranks as text: '3', '0,2', '0-3,5'"
-    return rank_ranges(rs, ',', '-')
-
-def ranks_text(rs:list) -> str:
-    "'rank 3' or 'ranks 0,2'"
-    return f"rank {rs[0]}" if len(rs) == 1 else f"ranks {_span(rs)}"
-
 def _describe(e:dict) -> str:
     "One entry, briefly: 'tensor float32 (4, 8)', 'float 0.1', 'missing'"
     if e['kind'] in ('missing', 'error', 'unknown'): return e.get('error') or e['kind']
@@ -317,16 +309,16 @@ def ranks(self:CompareRow) -> str:
     "Who differs, in words"
     g = self.groups
     if self.agree: return f"{len(g[0])} ranks agree" if len(g[0]) > 1 else "1 rank"
-    if len(g) == 1: return f"all of {ranks_text(g[0])}"
-    if len(g) == 2: return f"{ranks_text(g[1])} differ{'s' if len(g[1]) == 1 else ''} from {ranks_text(g[0])}"
-    return f"{len(g)} groups: " + ' | '.join(_span(x) for x in g)
+    if len(g) == 1: return f"all of {name_ranks(g[0])}"
+    if len(g) == 2: return f"{name_ranks(g[1])} differ{'s' if len(g[1]) == 1 else ''} from {name_ranks(g[0])}"
+    return f"{len(g)} groups: " + ' | '.join(rank_ranges(x) for x in g)
 
 @patch(as_prop=True)
 def detail(self:CompareRow) -> str:
     "What the ranks hold: one description when they hold the same kind of thing, else one per group"
     ds = [_describe(self.entries[g[0]]) for g in self.groups]
     if len(set(ds)) == 1: return ds[0] + (f" ({self.note})" if self.note else '')
-    return ('; '.join(f"{ranks_text(g)}: {d}" for g, d in zip(self.groups, ds))
+    return ('; '.join(f"{name_ranks(g)}: {d}" for g, d in zip(self.groups, ds))
             + (f" ({self.note})" if self.note else ''))
 
 @patch(as_prop=True)
@@ -400,7 +392,7 @@ _HEADS = ['entry', 'differs in', 'ranks', 'max |diff|', 'what they hold']
 
 def _title(c:Comparison) -> str:
     "One line: in sync, or how many entries differ and the first"
-    on, n, head = ranks_text(c.ranks), len(c.rows), f"{c.expr}: " if c.expr else ''
+    on, n, head = name_ranks(c.ranks), len(c.rows), f"{c.expr}: " if c.expr else ''
     k = sum(r.entries[r.groups[0][0]]['kind'] == 'shard' for r in c.rows)
     shards = f" ({k:,} sharded: layout compared, each rank holds its own part)" if k else ''
     if c.in_sync: return f"{head}in sync: {n} entr{'y agrees' if n == 1 else 'ies agree'} on {on}{shards}"

@@ -5,15 +5,17 @@
 # %% ../nbs/00_core.ipynb #d55c729a
 from __future__ import annotations
 import operator, re, time
+from dataclasses import dataclass, field, fields, replace
+from enum import Enum
 from typing import Protocol
 
 # %% auto #0
 __all__ = ['BACKENDS', 'PROGRESS_KEYS', 'TB_HINT', 'CLUSTER_PREFIX', 'pick_backend', 'engine_count', 'visible_gpus',
-           'threads_per_rank', 'plan_ranks', 'check_gpus', 'torchrun_env', 'rank_device', 'single_host', 'label_hosts',
-           'iface_of', 'master_address', 'check_ifname', 'engines_per_host', 'slurm_script', 'mpi_host_args',
-           'parse_ranks', 'RankRunner', 'call_ranks', 'rank_magic_args', 'rank_ranges', 'StepCounter', 'Phases',
-           'tensorboard_parts', 'tb_tag', 'make_cluster_id', 'cluster_owner', 'stack_file', 'Straggler',
-           'find_straggler']
+           'threads_per_rank', 'RankState', 'Rank', 'plan_ranks', 'check_gpus', 'torchrun_env', 'rank_device',
+           'single_host', 'label_hosts', 'iface_of', 'master_address', 'check_ifname', 'engines_per_host',
+           'slurm_script', 'mpi_host_args', 'parse_ranks', 'RankRunner', 'call_ranks', 'rank_magic_args', 'rank_ranges',
+           'name_ranks', 'StepCounter', 'Phases', 'tensorboard_parts', 'tb_tag', 'make_cluster_id', 'cluster_owner',
+           'stack_file', 'Straggler', 'find_straggler']
 
 # %% ../nbs/00_core.ipynb #b29d9b8a
 BACKENDS = ('nccl', 'gloo')
@@ -68,45 +70,96 @@ def threads_per_rank(n_cpus:int, # cores usable on the host
     "Split a host's cores evenly between its ranks, at least one thread each"
     return max(1, n_cpus // max(1, local_world_size))
 
+# %% ../nbs/00_core.ipynb #302e6113
+class RankState(str, Enum):
+    "What a rank is doing, as the notebook sees it: one name for every report (a `str`: prints and compares as its value)"
+    RUNNING = 'running'  # a task runs on it
+    IDLE = 'idle'  # alive, no task
+    OK = 'ok'  # it finished the task
+    ERROR = 'error'  # the task raised
+    STOPPED = 'stopped'  # the task stopped cooperatively (`StopRequested`: the stop button, `cl.interrupt()`)
+    DEAD = 'dead'  # its engine has exited
+    LOST = 'lost'  # on another host, it stopped answering (host down, network, stopped)
+    def __str__(self): return self.value
+    __hash__ = str.__hash__  # a key found by its value too: {RankState.OK: 1}['ok']
+
+# %% ../nbs/00_core.ipynb #f6132b7c
+@dataclass(frozen=True)
+class Rank:
+    "One rank of a cluster: its place, its engine, what the engine sees, and (when asked) its device and state"
+    rank:int # 0..world_size-1
+    local_rank:int=0 # its place among the ranks on its host
+    host:str|None=None # its host's name, unique per host (`label_hosts`)
+    pid:int|None=None # its engine's process id (on its host)
+    engine_id:int|None=None # ipyparallel's id of its engine (not the rank)
+    host_key:str|None=None # its host's identity (`host.host_identity`): its pid means something where this matches
+    n_gpus:int=0 # GPUs its engine sees
+    world_size:int=1 # ranks in the cluster
+    local_world_size:int=1 # ranks on its host
+    group_rank:int=0 # its host's place among the hosts
+    n_cpus:int=1 # cores its engine may use
+    addr:str|None=None # the address its engine reaches the controller from
+    addrs:dict=field(default_factory=dict, hash=False) # its host's interfaces: {name: [IPv4 addresses]}
+    gpu_names:tuple=() # the names of the GPUs its engine sees
+    facts:dict=field(default_factory=dict, hash=False) # the rest its engine told (`rank.engine_info`): versions
+    device:str|None=None # 'cuda:N' or 'cpu' once the process group formed (`rank_device`)
+    state:RankState|None=None # what it does, when asked (`cl.ranks`); None: not asked
+
+    def describe(self) -> str:
+        "'rank R (host H, pid P)', for messages"
+        return f"rank {self.rank} (host {self.host}, pid {self.pid})"
+
+    @classmethod
+    def of(cls, facts:dict, # an engine's facts (`rank.engine_info`, `label_hosts`) and any of the fields above
+           **place, # fields to set (rank, local_rank, ...)
+          ) -> Rank:
+        "A `Rank` from an engine's facts: the fields it names, the rest kept in `facts`"
+        known = {f.name for f in fields(cls)} - {'facts'}
+        d = {**{k: v for k, v in facts.items() if k in known}, **place}
+        if 'gpu_names' in d: d['gpu_names'] = tuple(d['gpu_names'])
+        rest = {k: v for k, v in facts.items() if k not in known | {'facts'}}
+        return cls(**d, facts={**facts.get('facts', {}), **rest})
+
 # %% ../nbs/00_core.ipynb #8cb3f68a
-def plan_ranks(engines:list[dict], # one dict per engine, with at least 'engine_id' and 'host'
+def plan_ranks(engines:list[dict], # one dict per engine (its facts), with at least 'engine_id' and 'host'
                fixed:dict|None=None, # engine id -> rank for engines that keep their rank (after a restart)
                first_host:str|None=None, # the host whose engines get the lowest ranks (rank 0 there); None: by name
-              ) -> list[dict]: # the same dicts plus rank, local_rank, group_rank, world_size, local_world_size, by rank
+              ) -> list[Rank]: # one `Rank` per engine, by rank
     "Give every engine a rank (by host, then engine id; `fixed` ones keep theirs) and a local rank within its host"
     if not engines: raise ValueError("No engines to plan ranks for: the cluster has no registered engines.")
-    fixed = {k: v for k, v in (fixed or {}).items() if any(e['engine_id'] == k for e in engines)}
-    free = sorted(set(range(len(engines))) - set(fixed.values()))
-    others = sorted((e for e in engines if e['engine_id'] not in fixed),
-                    key=lambda e: (e['host'] != first_host, e['host'], e['engine_id']))
-    rank_of = {**fixed, **{e['engine_id']: r for e, r in zip(others, free)}}
-    by_rank = sorted(engines, key=lambda e: rank_of[e['engine_id']])
-    hosts = list(dict.fromkeys(e['host'] for e in by_rank))  # in order of their first rank
-    local = {h: [e for e in by_rank if e['host'] == h] for h in hosts}
-    return [{**e, 'rank': rank_of[e['engine_id']], 'local_rank': local[e['host']].index(e),
-             'group_rank': hosts.index(e['host']),
-             'world_size': len(engines), 'local_world_size': len(local[e['host']])} for e in by_rank]
+    es = [Rank.of(e, rank=0) for e in engines]  # (their ranks are given below)
+    fixed = {k: v for k, v in (fixed or {}).items() if any(e.engine_id == k for e in es)}
+    free = sorted(set(range(len(es))) - set(fixed.values()))
+    others = sorted((e for e in es if e.engine_id not in fixed),
+                    key=lambda e: (e.host != first_host, e.host, e.engine_id))
+    rank_of = {**fixed, **{e.engine_id: r for e, r in zip(others, free)}}
+    by_rank = sorted(es, key=lambda e: rank_of[e.engine_id])
+    hosts = list(dict.fromkeys(e.host for e in by_rank))  # in order of their first rank
+    local = {h: [e.engine_id for e in by_rank if e.host == h] for h in hosts}
+    return [replace(e, rank=rank_of[e.engine_id], local_rank=local[e.host].index(e.engine_id),
+                    group_rank=hosts.index(e.host), world_size=len(es), local_world_size=len(local[e.host]))
+            for e in by_rank]
 
 # %% ../nbs/00_core.ipynb #c4cbb503
-def check_gpus(plan:list[dict], # output of `plan_ranks`, each with 'n_gpus' seen by the engine
+def check_gpus(plan:list[Rank], # output of `plan_ranks`
                backend:str, # process-group backend
               ):
     "Fail clearly when a host runs more nccl ranks than it has GPUs"
     if backend != 'nccl': return
     for p in plan:
-        if p['n_gpus'] < p['local_world_size']:
-            raise RuntimeError(f"Host {p['host']} runs {p['local_world_size']} nccl ranks but its engines see "
-                               f"{p['n_gpus']} GPU(s): nccl needs one GPU per rank. Start fewer "
+        if p.n_gpus < p.local_world_size:
+            raise RuntimeError(f"Host {p.host} runs {p.local_world_size} nccl ranks but its engines see "
+                               f"{p.n_gpus} GPU(s): nccl needs one GPU per rank. Start fewer "
                                f"engines there, or use backend='gloo'.")
 
 # %% ../nbs/00_core.ipynb #e55c1d5d
-def torchrun_env(p:dict, # one entry of `plan_ranks`
+def torchrun_env(p:Rank, # one rank (`plan_ranks`)
                  master_addr:str, # address of rank 0's host that every rank reaches
                  master_port:int, # port of rank 0's TCPStore
                 ) -> dict: # environment variables, all strings
     "The environment torchrun would give this rank"
-    return dict(RANK=str(p['rank']), LOCAL_RANK=str(p['local_rank']), WORLD_SIZE=str(p['world_size']),
-                LOCAL_WORLD_SIZE=str(p['local_world_size']), GROUP_RANK=str(p.get('group_rank', 0)),
+    return dict(RANK=str(p.rank), LOCAL_RANK=str(p.local_rank), WORLD_SIZE=str(p.world_size),
+                LOCAL_WORLD_SIZE=str(p.local_world_size), GROUP_RANK=str(p.group_rank),
                 MASTER_ADDR=master_addr, MASTER_PORT=str(master_port))
 
 # %% ../nbs/00_core.ipynb #c9d7d2d3
@@ -118,9 +171,9 @@ def rank_device(backend:str, # process-group backend
     return f'cuda:{local_rank}' if backend == 'nccl' or local_rank < n_gpus else 'cpu'
 
 # %% ../nbs/00_core.ipynb #bbf4bdf2
-def single_host(plan:list[dict]) -> bool:
+def single_host(plan:list[Rank]) -> bool:
     "True when every rank runs on one host, so rendezvous and gloo can stay on loopback"
-    return len({p['host'] for p in plan}) == 1
+    return len({p.host for p in plan}) == 1
 
 # %% ../nbs/00_core.ipynb #b4e2245b
 def label_hosts(engines:list[dict], # engine facts, each with 'hostname' and 'host_key' (from `host_identity`)
@@ -145,32 +198,32 @@ def iface_of(addr:str, # an IPv4 address
 
 def _loopback(addr): return addr is None or addr.startswith('127.') or addr in ('::1', 'localhost')
 
-def master_address(p0:dict, # rank 0's plan entry, with 'host' and 'addrs'
+def master_address(p0:Rank, # rank 0, with its host's `addrs`
                    route:str|None, # the source address rank 0 uses to reach another host's engines
                    ifname:str|None=None, # the interface the user chose, if any
                   ) -> str: # MASTER_ADDR
     "Rank 0's address that other hosts reach: its address on `ifname`, else the one its route to the other hosts leaves from"
     if ifname:
-        ips = p0.get('addrs', {}).get(ifname)
+        ips = p0.addrs.get(ifname)
         if not ips:
-            raise ValueError(f"ifname={ifname!r}: rank 0's host {p0['host']} has no IPv4 address on it; its "
+            raise ValueError(f"ifname={ifname!r}: rank 0's host {p0.host} has no IPv4 address on it; its "
                              f"interfaces: {_ifaces(p0)}. Pass one of those, or ifname=None to use the interface "
                              f"that routes to the other hosts.")
         return ips[0]
     if _loopback(route):
-        raise RuntimeError(f"Rank 0's host {p0['host']} reaches the other hosts only through loopback ({route}), so "
+        raise RuntimeError(f"Rank 0's host {p0.host} reaches the other hosts only through loopback ({route}), so "
                            f"they could not reach its rendezvous store. Pass ifname= the interface of the network "
                            f"the hosts share ({_ifaces(p0)}).")
     return route
 
-def _ifaces(p): return ', '.join(f"{k} {'/'.join(v)}" for k, v in p.get('addrs', {}).items()) or 'none reported'
+def _ifaces(p): return ', '.join(f"{k} {'/'.join(v)}" for k, v in p.addrs.items()) or 'none reported'
 
-def check_ifname(plan:list[dict], # output of `plan_ranks`, with 'addrs'
+def check_ifname(plan:list[Rank], # output of `plan_ranks`, with their hosts' `addrs`
                  ifname:str|None, # the interface every rank should use
                 ):
     "Fail naming the hosts that lack `ifname` (GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME must exist on every host)"
     if not ifname: return
-    bad = {p['host']: p for p in plan if not p.get('addrs', {}).get(ifname)}
+    bad = {p.host: p for p in plan if not p.addrs.get(ifname)}
     if bad: raise ValueError(f"ifname={ifname!r} has no IPv4 address on host(s) {sorted(bad)} ("
                              + '; '.join(f"{h}: {_ifaces(p)}" for h, p in bad.items())
                              + "). Give the interface the same name on every host, or pass ifname=None: each rank then "
@@ -272,6 +325,19 @@ def rank_ranges(ranks, # rank numbers, in any order
         out += [f"{rs[i]}{dash}{rs[j]}"] if j - i >= 2 else [str(r) for r in rs[i:j + 1]]
         i = j + 1
     return sep.join(out)
+
+# %% ../nbs/00_core.ipynb #66cc497f
+def name_ranks(ranks, # rank numbers, in any order
+               count:bool=False, # add how many: 'ranks 0–61 (62 ranks)'
+               most:int|None=None, # at most this many numbers or runs, then '…'; None: all
+              ) -> str: # 'rank 3', 'ranks 0, 2–61', 'no ranks'
+    "Ranks in messages: 'rank 3', 'ranks 0, 2, 4–9' (runs of three or more as first–last), counted if asked"
+    rs = sorted(set(ranks))
+    if not rs: return 'no ranks'
+    if len(rs) == 1: return f"rank {rs[0]}"
+    items = rank_ranges(rs).split(', ')
+    if most is not None and len(items) > most: items = items[:most] + ['…']
+    return f"ranks {', '.join(items)}" + (f" ({len(rs):,} ranks)" if count else '')
 
 # %% ../nbs/00_core.ipynb #1f78df35
 PROGRESS_KEYS = ('total', 'epoch', 'samples')  # progress facts, shown in the header rather than plotted

@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64, html, logging, math, sys, threading, time
 from collections import deque
 from fastcore.basics import patch
+from .core import name_ranks
 from .timing import straggler_verdict
 from .host import host_identity, pid_alive
 from .history import *
@@ -173,9 +174,8 @@ def status_summary(statuses:dict, # rank -> status
 
 # %% ../nbs/02f3_dashboard.ipynb #c8145241
 def _ranks_text(rs:list) -> str:
-    "A few ranks by number, and how many: 'ranks 0, 1, 2, … (1,024 ranks)'"
-    if len(rs) == 1: return f"rank {rs[0]}"
-    return f"ranks {', '.join(map(str, rs[:3]))}{', …' if len(rs) > 3 else ''} ({len(rs):,} ranks)"
+    "A few ranks, and how many: 'ranks 0–1023 (1,024 ranks)', 'ranks 0, 2, 4, … (1,024 ranks)' (`core.name_ranks`)"
+    return name_ranks(rs, count=True, most=3)
 
 # %% ../nbs/02f3_dashboard.ipynb #06df0f99
 def head_line(snap:Snapshot) -> str:

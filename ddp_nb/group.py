@@ -5,9 +5,10 @@
 # %% ../nbs/02b_group.ipynb #7bc4495a
 from __future__ import annotations
 import secrets, socket
+from dataclasses import replace
 from urllib.parse import urlparse
-from .core import (check_gpus, check_ifname, label_hosts, master_address, pick_backend, plan_ranks, single_host,
-                         threads_per_rank, torchrun_env)
+from .core import (check_gpus, check_ifname, label_hosts, master_address, pick_backend, plan_ranks, rank_device,
+                         single_host, threads_per_rank, torchrun_env)
 from .compat_ipp import controller_url
 from . import rank
 from .host import local_ipv4, route_source
@@ -25,8 +26,7 @@ def controller_addr(rc) -> str|None:
 def route_from_rank0(rs:RankSet, timeout:float) -> str|None:
     "The address rank 0 uses to reach the first rank on another host (None if no other host told its address)"
     plan = rs.plan
-    far = [p['addr'] for p in plan if p['host'] != plan[0]['host'] and p.get('addr')
-           and not p['addr'].startswith('127.')]
+    far = [p.addr for p in plan if p.host != plan[0].host and p.addr and not p.addr.startswith('127.')]
     if not far: return None
     return rs.call(route_source, far[0], ranks=[0], what="Finding rank 0's address", timeout=timeout)[0]
 
@@ -39,8 +39,8 @@ def plan_group(rs:RankSet, # the ranks; `rs.plan` is replaced
     "Ask the engines for their facts and give each a rank, grouped by host (rank 0 on this notebook's host when it runs engines)"
     # re-forming (reform, after a script): the same engines keep their ranks, spares stay out
     if ids is None and rs.plan:
-        ids, fixed = ([p['engine_id'] for p in rs.plan],
-                      {p['engine_id']: p['rank'] for p in rs.plan} if fixed is None else fixed)
+        ids, fixed = ([p.engine_id for p in rs.plan],
+                      {p.engine_id: p.rank for p in rs.plan} if fixed is None else fixed)
     ids = sorted(rs.rc.ids if ids is None else ids)
     infos = rs.call_engines(ids, rank.engine_info, controller_addr(rs.rc), what='Reading engine facts', timeout=timeout)
     engines = label_hosts([dict(engine_id=i, **infos[i]) for i in ids], first_key=rs.me)
@@ -58,7 +58,7 @@ def form_group(rs:RankSet, # the ranks, planned (`plan_group`)
               ) -> dict: # backend, master_addr, master_port
     "Give every planned rank its torchrun environment, open rank 0's store, form the process group and check it"
     plan = rs.plan
-    backend = backend or pick_backend(min(p['n_gpus'] for p in plan))
+    backend = backend or pick_backend(min(p.n_gpus for p in plan))
     check_gpus(plan, backend)
     loop = single_host(plan)
     if not loop: check_ifname(plan, ifname)
@@ -66,9 +66,11 @@ def form_group(rs:RankSet, # the ranks, planned (`plan_group`)
     port = rs.call(rank.open_store, addr, len(plan), timeout, port, ranks=[0], what='Opening the rendezvous store',
                    timeout=timeout)[0]
     def args(p):
-        return (p, torchrun_env(p, addr, port), threads or threads_per_rank(p['n_cpus'], p['local_world_size']),
+        return (p, torchrun_env(p, addr, port), threads or threads_per_rank(p.n_cpus, p.local_world_size),
                 backend, loop, ifname)
-    rs.call_each(rank.setup_rank, {p['rank']: args(p) for p in plan}, what='Setting up ranks', timeout=timeout)
+    rs.call(rank.setup_rank, each={p.rank: args(p) for p in plan}, what='Setting up ranks', timeout=timeout)
+    # each rank's device, as `setup_rank` pinned it
+    rs.plan = [replace(p, device=rank_device(backend, p.n_gpus, p.local_rank)) for p in plan]
     prefix = secrets.token_hex(4) + '/'  # this group's keys in the store (a fixed port's store serves every re-form)
     rs.call(rank.init_group, addr, port, timeout, prefix, what='Forming the process group', timeout=timeout + 10)
     rs.call(rank.enter_cluster, cluster_id, what='Setting up the namespaces', timeout=timeout)
@@ -86,10 +88,10 @@ def collector_host(rs:RankSet, # the ranks, planned
                    ifname:str|None=None, # the interface the cluster was told to use
                   ) -> str:
     "Where the kernel's collector listens: loopback while every rank is on this host, else this host's address the ranks reach"
-    far = [p for p in rs.plan if p.get('host_key', rs.me) != rs.me]
+    far = [p for p in rs.plan if (p.host_key or rs.me) != rs.me]
     if not far: return '127.0.0.1'
     if ifname and local_ipv4().get(ifname): return local_ipv4()[ifname][0]
-    src = route_source(far[0].get('addr'))  # the address this kernel's packets to that host leave from
+    src = route_source(far[0].addr)  # the address this kernel's packets to that host leave from
     return src if src and not src.startswith('127.') else socket.gethostbyname(socket.gethostname())
 
 def network(rs:RankSet, # the ranks
@@ -98,18 +100,18 @@ def network(rs:RankSet, # the ranks
            ) -> list[dict]:
     "What a cluster listens on, and where: the controller, rank 0's rendezvous store, gloo/nccl on each host, the dashboard collector"
     plan, mine = rs.plan, {ip for ips in local_ipv4().values() for ip in ips}
-    here = next((p['host'] for p in plan if p.get('host_key') == rs.me), f"this notebook ({socket.gethostname()})")
+    here = next((p.host for p in plan if p.host_key == rs.me), f"this notebook ({socket.gethostname()})")
     try: nets = rs.call(rank.net_info, what='Reading interfaces', timeout=5)
     except RuntimeError: nets = {}  # busy ranks: their interfaces are not asked
     ctl = controller_addr(rs.rc)
     rows = [dict(what='ipyparallel controller (several ports; engines and this notebook connect)',
                  host=here if ctl in mine else ctl, address=ctl),
-            dict(what='rendezvous store, rank 0 (every rank connects)', host=plan[0]['host'],
+            dict(what='rendezvous store, rank 0 (every rank connects)', host=plan[0].host,
                  address=f"{master_addr}:{master_port}")]
-    for h in dict.fromkeys(p['host'] for p in plan):
-        p = next(q for q in plan if q['host'] == h)
-        ifn = nets.get(p['rank'], {}).get('GLOO_SOCKET_IFNAME')
-        addr = '/'.join(p.get('addrs', {}).get(ifn, [])) if ifn else ''
+    for h in dict.fromkeys(p.host for p in plan):
+        p = next(q for q in plan if q.host == h)
+        ifn = nets.get(p.rank, {}).get('GLOO_SOCKET_IFNAME')
+        addr = '/'.join(p.addrs.get(ifn, [])) if ifn else ''
         rows.append(dict(what=f"{backend} between ranks (random ports)", host=h,
                          address=f"{ifn or 'not set'} {addr}".strip()))
     if collector is not None:
@@ -121,7 +123,7 @@ def release(rs:RankSet, timeout:float=5):
     "Let go of an attached cluster's engines: their process group, store and reporter end; the engines stay for the next attach"
     try:
         rs.call(rank.release, what='Releasing the ranks',
-                ranks=[p['rank'] for p in rs.plan if p['engine_id'] in rs.rc.ids], timeout=timeout)
+                ranks=[p.rank for p in rs.plan if p.engine_id in rs.rc.ids], timeout=timeout)
     except Exception: pass  # a dead or stuck rank: nothing to release there
     try: rs.rc.close()
     except Exception: pass

@@ -87,7 +87,7 @@ def follow_script(rs:RankSet, # the ranks
         for r, ar in ars.items():
             res = ar.get() if ar.ready() and ar.successful() else None
             if res and res['exit_code'] and not res['in_group'] and (r not in rescues or failed(rescues[r])):
-                rescues[r] = rs.call_async(scripts.release_peers, envs[r], backend, group_timeout, ranks=[r])[r]
+                rescues[r] = rs.call(scripts.release_peers, envs[r], backend, group_timeout, ranks=[r], block=False)[r]
     try: busy = _follow(ars, timeout, out, release)
     except KeyboardInterrupt: busy, stopped = [r for r, ar in ars.items() if not ar.ready()], 'interrupted'
     if busy:  # interrupted or out of time
@@ -126,7 +126,8 @@ def run_script(rs:RankSet, # the ranks of a running cluster
                    timeout=group_timeout)[0]
     record_outputs(rs.rc)  # every output message of the script, in order (its \r progress bars too)
     envs = scripts.script_envs(rs.plan, master_addr, port, run_id or secrets.token_hex(3))
-    ars = rs.call_each_async(scripts.run_rank, {p['rank']: (path, args, e, os.getcwd()) for p, e in zip(rs.plan, envs)})
+    ars = rs.call(scripts.run_rank, each={p.rank: (path, args, e, os.getcwd()) for p, e in zip(rs.plan, envs)},
+                  block=False)
     busy, stopped = follow_script(rs, ars, envs, timeout, backend, group_timeout)
     if busy:
         raise RuntimeError(f"{name} {stopped}: rank(s) {busy} did not stop within {group_timeout:g}s of SIGINT "

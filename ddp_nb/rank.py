@@ -6,7 +6,7 @@
 from __future__ import annotations
 import errno, faulthandler, logging, os, signal, socket, sys
 from datetime import timedelta
-from .core import iface_of, rank_device, stack_file
+from .core import Rank, iface_of, rank_device, stack_file
 from .processes import private_file, rank_dir
 from .host import host_identity, local_ipv4, route_source
 from .compat_ipp import engine_registration_url, plain_tracebacks
@@ -67,7 +67,7 @@ def net_info() -> dict:
     "The interfaces gloo and nccl use in this process (None: their own choice)"
     return {k: os.environ.get(k) for k in NET_VARS}
 
-def setup_rank(p:dict, # this rank's entry from `core.plan_ranks`, with 'n_gpus'
+def setup_rank(p:Rank, # this rank (`core.plan_ranks`, or a script's place: `batch.script_place`)
                env:dict, # torchrun environment from `core.torchrun_env`
                threads:int, # intra-op threads for this rank
                backend:str, # 'nccl' or 'gloo'
@@ -82,12 +82,12 @@ def setup_rank(p:dict, # this rank's entry from `core.plan_ranks`, with 'n_gpus'
     os.environ['OMP_NUM_THREADS'] = str(threads)
     _set_net(loopback, ifname, env.get('MASTER_ADDR'))
     torch.set_num_threads(threads)
-    device = rank_device(backend, p.get('n_gpus', 0), p['local_rank'])
+    device = rank_device(backend, p.n_gpus, p.local_rank)
     if device.startswith('cuda'): torch.cuda.set_device(torch.device(device))
     # else Accelerate picks DistributedType.NO on CPU and each rank trains alone
     else: os.environ['ACCELERATE_USE_CPU'] = '1'
-    ctx.record = dict({k: p[k] for k in ('rank', 'local_rank', 'world_size', 'local_world_size')}, device=device,
-                      backend=backend)
+    ctx.record = dict(rank=p.rank, local_rank=p.local_rank, world_size=p.world_size,
+                      local_world_size=p.local_world_size, device=device, backend=backend)
 
 def forget_rank():
     "Drop this process's rank record (after `teardown`), back to the serial fallback"

@@ -5,13 +5,13 @@
 # %% ../nbs/02_ranks.ipynb #eb5f80a9
 from __future__ import annotations
 import copy, os, re, signal, time
-from collections import namedtuple
-from .core import parse_ranks, rank_device
+from dataclasses import replace
+from .core import Rank, RankState, parse_ranks
 from .host import host_identity, pid_alive
 from .compat_ipp import engine_uuids, pending_tasks, task_futures
 
 # %% auto #0
-__all__ = ['Rank', 'clean_traceback', 'CallFailed', 'gather', 'task_state', 'RankSet', 'push']
+__all__ = ['clean_traceback', 'CallFailed', 'gather', 'task_state', 'RankSet', 'push']
 
 # %% ../nbs/02_ranks.ipynb #c9030e77
 _IPP_FRAME = re.compile(r'^File (<string>:|.*[/\\]ipyparallel[/\\])')
@@ -77,23 +77,21 @@ def gather(ars:dict, # rank -> AsyncResult
 
 # %% ../nbs/02_ranks.ipynb #5684d46f
 def task_state(fut) -> tuple:
-    "('running'|'ok'|'error'|'dead'|'stopped', error or None) of one engine's future"
-    if not fut.done(): return 'running', None
+    "(`RankState` RUNNING, OK, ERROR, DEAD or STOPPED; the error or None) of one engine's future"
+    if not fut.done(): return RankState.RUNNING, None
     try: r = fut.result()
     except Exception as e: r = e
     from ipyparallel import error
     if isinstance(r, error.RemoteError):
-        return ('dead' if r.ename == 'EngineError' else 'stopped' if r.ename == 'StopRequested' else 'error'), r
-    return ('error', r) if isinstance(r, BaseException) else ('ok', None)
+        return (RankState.DEAD if r.ename == 'EngineError' else RankState.STOPPED if r.ename == 'StopRequested'
+                else RankState.ERROR), r
+    return (RankState.ERROR, r) if isinstance(r, BaseException) else (RankState.OK, None)
 
 # %% ../nbs/02_ranks.ipynb #dfe5d0a9
-Rank = namedtuple('Rank', 'rank engine_id host pid local_rank device')
-
 class RankSet:
     "The ranks of a cluster: its ipyparallel client, the rank plan, and one call into all (or some) of them"
     def __init__(self, rc, # a connected `ipyparallel.Client`
-                 # one entry per rank (`core.plan_ranks`, with pid, host, host_key, n_gpus), by rank
-                 plan:list|None=None,
+                 plan:list|None=None, # one `core.Rank` per rank (`core.plan_ranks`), by rank
                  me:str|None=None, # this notebook's host identity (`host.host_identity`)
                 ):
         self.rc, self.plan, self.me = rc, list(plan or []), me or host_identity()
@@ -108,71 +106,59 @@ class RankSet:
         return list(range(len(self.plan))) if ranks is None else parse_ranks(ranks, len(self.plan))
     def engine_ids(self, ranks=None) -> list[int]:
         "Engine ids of the selected ranks, in rank order"
-        return [self.plan[r]['engine_id'] for r in self.select(ranks)]
+        return [self.plan[r].engine_id for r in self.select(ranks)]
     def rank_of_engine(self) -> dict:
         "engine id -> rank"
-        return {p['engine_id']: p['rank'] for p in self.plan}
+        return {p.engine_id: p.rank for p in self.plan}
     def is_local(self, rank:int) -> bool:
         "Whether `rank` runs on this notebook's host (same hostname, network namespace and boot): its pid means something here"
-        return self.plan[rank].get('host_key', self.me) == self.me
-    def describe(self, rank:int) -> str:
-        "'rank R (host H, pid P)' for messages"
-        p = self.plan[rank]
-        return f"rank {rank} (host {p['host']}, pid {p['pid']})"
-    def info(self, backend:str) -> list[Rank]:
-        "Rank, engine id, host, pid, local rank and device of every rank"
-        return [Rank(p['rank'], p['engine_id'], p['host'], p['pid'], p['local_rank'],
-                     rank_device(backend, p['n_gpus'], p['local_rank']))
-                for p in self.plan]
-
-    def call_async(self, fn, *args, ranks=None, **kwargs) -> dict:
-        "Start `fn(*args, **kwargs)` on the selected ranks; rank -> AsyncResult"
-        return {r: self.rc[self.plan[r]['engine_id']].apply_async(fn, *args, **kwargs) for r in self.select(ranks)}
+        return (self.plan[rank].host_key or self.me) == self.me
+    def ranks(self) -> list[Rank]:
+        "Every rank as planned, with its state now (`status`)"
+        st = self.status()
+        return [replace(p, state=st[p.rank]) for p in self.plan]
 
     def call(self, fn, *args,
-              ranks=None, # the ranks to call (see `select`); None: all
-              what:str|None=None, # what the ranks are doing, for the error; None: the function's name
-              timeout:float=60, # seconds to wait for every answer
-              **kwargs) -> dict: # rank -> result
-        "Call `fn(*args, **kwargs)` on the selected ranks and wait: rank -> result, or an error naming the ranks that raised or did not answer"
-        return gather(self.call_async(fn, *args, ranks=ranks, **kwargs),
-                      what or f"{getattr(fn, '__name__', fn)}()", timeout)
-
-    def call_each_async(self, fn, args:dict, # rank -> the tuple of arguments for that rank
-                       ) -> dict:
-        "Start `fn(*args[rank])` on each rank in `args`: rank -> AsyncResult"
-        return {r: self.rc[self.plan[r]['engine_id']].apply_async(fn, *a) for r, a in args.items()}
-
-    def call_each(self, fn, args:dict, # rank -> the tuple of arguments for that rank
-                  what:str='', timeout:float=60) -> dict:
-        "Call `fn(*args[rank])` on each rank in `args` at once and wait: rank -> result"
-        return gather(self.call_each_async(fn, args), what or f"{fn.__name__}()", timeout)
+             ranks=None, # the ranks to call (see `select`); None: all (with `each`: its keys)
+             each:dict|None=None, # rank -> its own arguments (a tuple, after `args`); only those ranks are called
+             block:bool=True, # wait for every answer; False: rank -> AsyncResult at once
+             what:str|None=None, # what the ranks are doing, for the error; None: the function's name
+             timeout:float=60, # seconds to wait for every answer
+             **kwargs) -> dict: # rank -> result (rank -> AsyncResult when not `block`)
+        "Call `fn(*args, *each[rank], **kwargs)` on the selected ranks: rank -> result, or an error naming the ranks that raised or did not answer"
+        if each is not None and ranks is not None:
+            raise ValueError("Pass ranks= or each= (its keys are the ranks called), not both.")
+        own = ({r: tuple(each[r]) for r in self.select(list(each))} if each is not None
+               else {r: () for r in self.select(ranks)})
+        ars = {r: self.rc[self.plan[r].engine_id].apply_async(fn, *args, *a, **kwargs) for r, a in own.items()}
+        return gather(ars, what or f"{getattr(fn, '__name__', fn)}()", timeout) if block else ars
 
     def call_engines(self, ids:list, fn, *args, what:str='', timeout:float=60, **kwargs) -> dict:
-        "Call `fn` on engines that may have no rank yet: engine id -> result"
+        "Call `fn` on engines that may have no rank yet (the plan is being made): engine id -> result"
         return gather({i: self.rc[i].apply_async(fn, *args, **kwargs) for i in ids},
                       what or f"{fn.__name__}()", timeout)
 
     def status(self) -> dict:
-        "rank -> 'running' (a task is pending), 'idle' or 'dead' (unregistered), read from the client without sending anything"
+        "rank -> `RankState` RUNNING (a task is pending), IDLE or DEAD (unregistered), read from the client without sending anything"
         engines, pending = engine_uuids(self.rc), pending_tasks(self.rc)
         out = {}
         for p in self.plan:
-            uuid = engines.get(p['engine_id'])
-            out[p['rank']] = 'dead' if uuid is None else 'running' if pending.get(uuid) else 'idle'
+            uuid = engines.get(p.engine_id)
+            out[p.rank] = (RankState.DEAD if uuid is None else RankState.RUNNING if pending.get(uuid)
+                           else RankState.IDLE)
         return out
 
     def running(self) -> list:
         "Ranks running a task"
-        return [r for r, s in self.status().items() if s == 'running']
+        return [r for r, s in self.status().items() if s == RankState.RUNNING]
 
     def gone(self) -> list:
         "Ranks whose engine has exited: unregistered, or (on this host) its process gone before the controller noticed"
-        return [r for r, s in self.status().items() if s == 'dead'
-                or (self.is_local(r) and not pid_alive(self.plan[r]['pid']))]
+        return [r for r, s in self.status().items() if s == RankState.DEAD
+                or (self.is_local(r) and not pid_alive(self.plan[r].pid))]
 
     def states(self, ar) -> dict:
-        "rank -> (state, error) of an AsyncResult with one task per rank (see `task_state`)"
+        "rank -> (`RankState`, error) of an AsyncResult with one task per rank (see `task_state`)"
         by_engine = self.rank_of_engine()
         return {by_engine[eid]: task_state(f) for eid, f in task_futures(ar) if eid in by_engine}
 
@@ -182,7 +168,7 @@ class RankSet:
         "Send `sig` to the engines of `ranks` through their nannies, without blocking; the ranks that did not answer (dead, stopped, cut off, or the controller is gone)"
         futs = {}
         for r in ranks:
-            eid = self.plan[r]['engine_id']
+            eid = self.plan[r].engine_id
             try: futs[r] = self.rc.send_signal(sig, targets=[eid], block=False) if eid in self.rc.ids else None
             except Exception: futs[r] = None  # unregistered, or the client is closed
         deadline, out = time.monotonic() + timeout, []
@@ -208,12 +194,12 @@ class RankSet:
 
     def end(self, ranks:list, # ranks to end (their engines are killed; their state is lost)
              timeout:float=10, # seconds to wait until the controller has seen them go
-             why:str='was ended by ddp_nb', # how messages say it, after 'rank R (host H, pid P) '
+             why:str='was ended by ddp_nb', # how messages say it, after `Rank.describe`
             ):
         "Kill the engines of `ranks` (the only way to free a rank blocked in a collective), noting why in `ended`"
-        ids = [self.plan[r]['engine_id'] for r in ranks]
+        ids = [self.plan[r].engine_id for r in ranks]
         for r in ranks:
-            eid, pid = self.plan[r]['engine_id'], self.plan[r]['pid']
+            eid, pid = self.plan[r].engine_id, self.plan[r].pid
             key = (eid, pid)
             try:
                 if self.is_local(r):
@@ -230,7 +216,7 @@ class RankSet:
 
     def ended_why(self, rank:int) -> str|None:
         "How `end` put it, if ddp_nb ended the engine of `rank` on purpose; None if not"
-        return self.ended.get((self.plan[rank]['engine_id'], self.plan[rank]['pid']))
+        return self.ended.get((self.plan[rank].engine_id, self.plan[rank].pid))
 
 # %% ../nbs/02_ranks.ipynb #fbb87a41
 def push(view, # a DirectView of the ranks to push to

@@ -12,7 +12,7 @@ from .core import torchrun_env
 __all__ = ['NOTEBOOK_PROBES', 'script_envs', 'as_in_terminal', 'run_rank', 'release_peers']
 
 # %% ../nbs/01c_scripts.ipynb #47da0e7c
-def script_envs(plan:list[dict], # the cluster's rank plan (`core.plan_ranks`), ordered by rank
+def script_envs(plan:list, # the cluster's ranks (`core.plan_ranks`), ordered by rank
                 master_addr:str, # address of rank 0's rendezvous store
                 master_port:int, # port of that store
                 run_id:str, # TORCHELASTIC_RUN_ID for this run
@@ -20,8 +20,8 @@ def script_envs(plan:list[dict], # the cluster's rank plan (`core.plan_ranks`), 
     "The environment torchrun gives each worker, with the rendezvous store hosted by rank 0 for the script"
     # (torchrun's agent-store mode)
     return [dict(torchrun_env(p, master_addr, master_port),
-                 ROLE_RANK=str(p['rank']), ROLE_NAME='default', ROLE_WORLD_SIZE=str(p['world_size']),
-                 GROUP_WORLD_SIZE=str(len({q.get('group_rank', 0) for q in plan})), TORCHELASTIC_RESTART_COUNT='0',
+                 ROLE_RANK=str(p.rank), ROLE_NAME='default', ROLE_WORLD_SIZE=str(p.world_size),
+                 GROUP_WORLD_SIZE=str(len({q.group_rank for q in plan})), TORCHELASTIC_RESTART_COUNT='0',
                  TORCHELASTIC_MAX_RESTARTS='0',
                  TORCHELASTIC_RUN_ID=run_id, TORCHELASTIC_USE_AGENT_STORE='True')
             for p in plan]

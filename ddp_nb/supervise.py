@@ -8,7 +8,7 @@ import keyword, linecache, os, re, signal, sys, threading, time
 from pathlib import Path
 import psutil
 from fastcore.basics import patch
-from .core import rank_ranges, stack_file
+from .core import RankState, name_ranks, rank_ranges, stack_file
 from .processes import rank_dir
 from .compat_ipp import supervised_result, supervised_view, task_name
 from .collectives import desync_report, read_records
@@ -58,16 +58,16 @@ def where(rs:RankSet, # the ranks
     for r in ranks:
         p, f = rs.plan[r], Path(stack_file(cluster_id, r, folder))
         if not rs.is_local(r):
-            out[r] = (f"on host {p['host']}: its stack is written there, not here "
+            out[r] = (f"on host {p.host}: its stack is written there, not here "
                       f"(cl.where reads ranks on this host)"); continue
-        st = proc_status(p['pid'])
+        st = proc_status(p.pid)
         if st in ('dead', 'unknown'):
-            out[r] = 'dead' if st == 'dead' else f"on host {p['host']}: stack unavailable from here"; continue
+            out[r] = 'dead' if st == 'dead' else f"on host {p.host}: stack unavailable from here"; continue
         if st == psutil.STATUS_STOPPED:
             out[r] = 'stopped (SIGSTOP or a debugger): no stack until it continues (kill -CONT)'; continue
         if not f.exists(): out[r] = 'no stack dump installed on this rank (yet)'; continue  # SIGUSR1 would kill it
         sizes[r] = f.stat().st_size
-        os.kill(p['pid'], signal.SIGUSR1)
+        os.kill(p.pid, signal.SIGUSR1)
     t_end, t_moved, last = time.monotonic() + wait, time.monotonic(), dict(sizes)
     # the dumps are written in microseconds once a rank runs: ~0.1 s, not `wait`
     while sizes and time.monotonic() < t_end:
@@ -113,7 +113,7 @@ def group_header(ranks:list, # the group's ranks
                 ) -> str:
     "One line for a group: its ranks as ranges, how many, and where they are (the call they wait in, the user's innermost frame)"
     many = len(ranks) > 1
-    who = f"ranks {rank_ranges(ranks)} ({len(ranks)} ranks)" if many else f"rank {ranks[0]}"
+    who = name_ranks(ranks, count=True)
     frames = stack_frames(text)
     if not frames: return f"{who}: {text.strip()}"
     user = next((x for x in frames if not _LIBRARY.search(x[0])), None)
@@ -186,9 +186,8 @@ def rank_activity(stack:str, # the rank's stack, or its state (`where`)
 _PLURAL = {'is': 'are', 'waits': 'wait', 'gave': 'gave'}
 
 def _who(ranks:list, n:int) -> str:
-    "'rank 1', 'ranks 0, 2' (a few ranks), 'ranks 0, 2–61 (61 ranks)'"
-    if len(ranks) == 1: return f"rank {ranks[0]}"
-    return f"ranks {rank_ranges(ranks)}" + (f" ({len(ranks)} ranks)" if n > FEW else '')
+    "'rank 1', 'ranks 0, 2' in a cluster of up to `FEW` ranks, 'ranks 0, 2–61 (61 ranks)' beyond (`name_ranks`)"
+    return name_ranks(ranks, count=n > FEW)
 
 def hang_verdict(stacks:dict, # rank -> stack or state (`where`), of the ranks still running the cell
                  records:dict|None=None, # rank -> its records of collectives (`read_records`)
@@ -219,12 +218,12 @@ def hang_verdict(stacks:dict, # rank -> stack or state (`where`), of the ranks s
 def show_stacks(rs:RankSet, stacks:dict, file=None):
     "Print `where`'s answer: one block per rank for a few ranks, one block per group of ranks with the same stack beyond `FEW`"
     if len(stacks) > FEW: print(grouped_stacks(stacks), file=file); return
-    for r, s in stacks.items(): print(f"--- {rs.describe(r)}: " + ('\n' + s if '\n' in s else s), file=file)
+    for r, s in stacks.items(): print(f"--- {rs.plan[r].describe()}: " + ('\n' + s if '\n' in s else s), file=file)
 
 def _ranks_text(rs:RankSet, ranks:list, n:int) -> str:
     "The ranks named one by one (host, pid) in a cluster of `n` up to `FEW` ranks, else as ranges with a count"
-    if n <= FEW: return ', '.join(rs.describe(r) for r in ranks)
-    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {rank_ranges(ranks)} ({len(ranks)} ranks)"
+    if n <= FEW: return ', '.join(rs.plan[r].describe() for r in ranks)
+    return name_ranks(ranks, count=True)
 
 def _ids(ranks, n:int) -> str:
     "'[0, 1]' in a cluster of `n` up to `FEW` ranks (as always), else '0, 2–63'"
@@ -233,7 +232,7 @@ def _ids(ranks, n:int) -> str:
 def _rank_list(ranks, n:int) -> str:
     "'ranks [0, 1]' in a cluster of `n` up to `FEW` ranks (as always), else 'rank 1', 'ranks 0, 2–63' or 'no ranks'"
     if n <= FEW: return f"ranks {sorted(ranks)}"
-    return 'no ranks' if not ranks else f"rank {min(ranks)}" if len(ranks) == 1 else f"ranks {rank_ranges(ranks)}"
+    return name_ranks(ranks)
 
 def _cap(s:str) -> str:
     "`s` with its first letter upper case (and the rest as it is)"
@@ -389,10 +388,10 @@ class Supervisor:
         rs, ar, now = w.rs or self.rs, w.ar, time.monotonic()
         if self.outside(): w.gone = self.stopped_outside; return True  # nothing more can arrive
         done = ar.ready()
-        states = w.states = {**rs.states(ar), **{r: ('lost', None) for r in w.lost}}
+        states = w.states = {**rs.states(ar), **{r: (RankState.LOST, None) for r in w.lost}}
         for r, (s, _) in states.items():
-            if s in ('error', 'dead', 'lost') and r not in w.first: w.first.append(r)
-        running = [r for r, (s, _) in states.items() if s == 'running']
+            if s in (RankState.ERROR, RankState.DEAD, RankState.LOST) and r not in w.first: w.first.append(r)
+        running = [r for r, (s, _) in states.items() if s == RankState.RUNNING]
         if done or not running: return True
         if w.first:
             w.t_fail = w.t_fail or now
@@ -412,13 +411,13 @@ class Supervisor:
                            why=f'was still running {self.limits.grace:g}s after another rank failed, and was ended')
                     w.stopped += stopped; w.ended += [r for r in stuck if r not in stopped]
                     deadline = time.monotonic() + 10
-                    while (any(rs.states(ar).get(r, ('',))[0] == 'running' for r in stuck)
+                    while (any(rs.states(ar).get(r, (None,))[0] == RankState.RUNNING for r in stuck)
                            and time.monotonic() < deadline):
                         ar.wait(0.05)
         elif self.limits.hang_after is not None and not w.hung and self._hanging(w, running, states):
             w.hung = True
             self.hang_report(running, now - w.t0,
-                             finished=[r for r, (s, _) in states.items() if s in ('ok', 'stopped')])
+                             finished=[r for r, (s, _) in states.items() if s in (RankState.OK, RankState.STOPPED)])
         return False
 
 # %% ../nbs/02c_supervise.ipynb #da6ae9b3
@@ -435,7 +434,8 @@ def hang_limit(interval:float|None, # seconds between the running ranks' reports
 def desync_states(rs:RankSet, states:dict) -> dict:
     "rank -> the words of `collectives.desync_report` ('running', 'finished', 'raised', 'dead', 'stopped', 'lost') for a task's states"
     # (a cooperative stop finished)
-    words = {'ok': 'finished', 'stopped': 'finished', 'error': 'raised', 'dead': 'dead', 'lost': 'lost'}
+    words = {RankState.OK: 'finished', RankState.STOPPED: 'finished', RankState.ERROR: 'raised', RankState.DEAD: 'dead',
+             RankState.LOST: 'lost'}
     out = {r: words.get(s, 'running') for r, (s, _) in states.items()}
     for r in stopped_ranks(rs, [r for r, v in out.items() if v == 'running']): out[r] = 'stopped'
     return out
@@ -443,12 +443,12 @@ def desync_states(rs:RankSet, states:dict) -> dict:
 @patch
 def desync(self:Supervisor, states:dict) -> str|None:
     "What the ranks' recent collectives say: the first one where they disagree, dead or stopped ranks named as such (None: in step, or not recorded)"
-    try: return desync_report(read_records(self.cluster_id, self.rs.plan), desync_states(self.rs, states))
+    try: return desync_report(read_records(self.cluster_id, self.rs.select()), desync_states(self.rs, states))
     except Exception: return None
 
 def stopped_ranks(rs:RankSet, ranks:list) -> list:
     "The ranks among `ranks` on this host whose engine is stopped (SIGSTOP, a debugger)"
-    return [r for r in ranks if rs.is_local(r) and proc_status(rs.plan[r]['pid']) == psutil.STATUS_STOPPED]
+    return [r for r in ranks if rs.is_local(r) and proc_status(rs.plan[r].pid) == psutil.STATUS_STOPPED]
 
 @patch
 def _reports(self:Supervisor, running:list,
@@ -484,7 +484,7 @@ def _hanging(self:Supervisor, w:Watch, running:list, states:dict) -> bool:
     stopped = stopped_ranks(self.rs, running)
     w.t_stop = (w.t_stop or time.monotonic()) if stopped else None
     if stopped and time.monotonic() - w.t_stop > self.limits.grace: return True
-    finished = any(s in ('ok', 'stopped') for s, _ in states.values())
+    finished = any(s in (RankState.OK, RankState.STOPPED) for s, _ in states.values())
     # this cell's: an earlier cell's pace says nothing
     reps = self._reports(running, since=time.time() - (time.monotonic() - w.t0))
     auto, interval = self.limits.hang_after == 'auto', report_interval(reps)
@@ -549,7 +549,8 @@ def hang_report(self:Supervisor, running:list, waited:float, finished:list=()):
     stuck = sorted(set(gone) | set(outside if waiting else ())) or running  # the ranks the others wait for
     print(f"[ddp_nb watchdog] no progress for {waited:.0f}s. Stuck: {_ranks_text(self.rs, stuck, n)}.", file=sys.stderr)
     print(_cap(verdict), file=sys.stderr)
-    desync = self.desync({**{r: ('running', None) for r in running}, **{r: ('ok', None) for r in finished}})
+    desync = self.desync({**{r: (RankState.RUNNING, None) for r in running},
+                          **{r: (RankState.OK, None) for r in finished}})
     if desync: print(desync[:1].upper() + desync[1:], file=sys.stderr)
     if finished:
         print(f"{_cap(_rank_list(finished, n))} already FINISHED the cell while {_rank_list(running, n)} wait: a "
@@ -575,7 +576,7 @@ def rank_lines(others:list, # [(rank, what follows 'rank R' in its line)]
     groups = {}
     for r, t in others: groups.setdefault(t, []).append(r)
     return [f"  rank {rs[0]}{t}" if len(rs) == 1
-            else f"  ranks {rank_ranges(rs)}{t.replace(' its state', ' their state')}"
+            else f"  {name_ranks(rs)}{t.replace(' its state', ' their state')}"
             for t, rs in sorted(groups.items(), key=lambda g: g[1][0])]
 
 @patch
@@ -588,52 +589,52 @@ def failure(self:Supervisor, states:dict, first:list, ended:list, cell:str='the 
     "The error for a cell that failed: the first failing rank's traceback, then one line per other rank, then what to do"
     rs, n = rs or self.rs, len(states)
     # ended on purpose: no deaths
-    why = {r: w for r in states if states[r][0] == 'dead' and r not in ended and (w := rs.ended_why(r))}
-    dead = [r for r in first if states[r][0] in ('dead', 'lost') and r not in ended and r not in why]
+    why = {r: w for r in states if states[r][0] == RankState.DEAD and r not in ended and (w := rs.ended_why(r))}
+    dead = [r for r in first if states[r][0] in (RankState.DEAD, RankState.LOST) and r not in ended and r not in why]
     # a death explains the errors of the ranks that were talking to it
     origin = dead[0] if dead else stopped[0] if stopped else first[0]
     self.last_origin = origin  # where `cl.postmortem()` looks by default
     state, err = states[origin]
-    host = rs.plan[origin]['host']
-    on_host = [r for r in sorted(states) if rs.plan[r]['host'] == host]
-    whole = (len(on_host) > 1 and all(states[r][0] in ('dead', 'lost') for r in on_host) and len(on_host) < len(states)
-             and not why)
+    host = rs.plan[origin].host
+    on_host = [r for r in sorted(states) if rs.plan[r].host == host]
+    whole = (len(on_host) > 1 and all(states[r][0] in (RankState.DEAD, RankState.LOST) for r in on_host)
+             and len(on_host) < len(states) and not why)
     if origin in why:
-        head, detail = f"{rs.describe(origin)} {why[origin]}: its state is lost.", ''
-    elif state == 'lost':
+        head, detail = f"{rs.plan[origin].describe()} {why[origin]}: its state is lost.", ''
+    elif state == RankState.LOST:
         head = (f"Host {host} (ranks {_ids(on_host, n)}) stopped answering while running the cell" if whole else
-                f"{rs.describe(origin)} stopped answering while running the cell") + \
+                f"{rs.plan[origin].describe()} stopped answering while running the cell") + \
                (": its engines and their nannies are gone, stopped, or cut off from this notebook (host down, network, "
                 "out of memory?).")
         detail = ''
-    elif state == 'dead':
+    elif state == RankState.DEAD:
         head = ((f"Host {host}: every rank there ({_ids(on_host, n)}) ended while running the cell; "
-                 f"{rs.describe(origin)} " if whole else f"{rs.describe(origin)} ")
-                + f"{self.death(origin, rs.plan[origin]['pid'])} while running the cell.")
+                 f"{rs.plan[origin].describe()} " if whole else f"{rs.plan[origin].describe()} ")
+                + f"{self.death(origin, rs.plan[origin].pid)} while running the cell.")
         detail = ''
     else:
-        head = f"{rs.describe(origin)} raised {_one_line(err)}"
+        head = f"{rs.plan[origin].describe()} raised {_one_line(err)}"
         detail = f"--- traceback of rank {origin}, where it started:\n{_traceback(err, cell)}"
     # the group's timeout ended its collective
-    timed_out = state == 'error' and re.search(r'timed? ?out', _one_line(err), re.I) is not None
+    timed_out = state == RankState.ERROR and re.search(r'timed? ?out', _one_line(err), re.I) is not None
     others = []  # (rank, what follows 'rank R')
     for r in sorted(states):
         if r == origin: continue
         s, e = states[r]
         if r in ended: others.append((r, self._ended_line((doing or {}).get(r), origin, timed_out)))
         elif r in why: others.append((r, f": {why[r]}: its state is lost."))
-        elif s == 'dead': others.append((r, f" (host {rs.plan[r]['host']}): {self.death(r, rs.plan[r]['pid'])}."))
-        elif s == 'lost': others.append((r, f" (host {rs.plan[r]['host']}): stopped answering too."))
-        elif s == 'error' and r in first and _one_line(e) == _one_line(err):
+        elif s == RankState.DEAD: others.append((r, f" (host {rs.plan[r].host}): {self.death(r, rs.plan[r].pid)}."))
+        elif s == RankState.LOST: others.append((r, f" (host {rs.plan[r].host}): stopped answering too."))
+        elif s == RankState.ERROR and r in first and _one_line(e) == _one_line(err):
             others.append((r, ": raised the same error."))
-        elif s == 'error': others.append((r, f": then failed too: {_one_line(e)}"))
-        elif s in ('ok', 'stopped'): others.append((r, ": finished the cell."))
+        elif s == RankState.ERROR: others.append((r, f": then failed too: {_one_line(e)}"))
+        elif s in (RankState.OK, RankState.STOPPED): others.append((r, ": finished the cell."))
     lines = [head] + rank_lines(others, n)
     if desync: lines.append(desync[:1].upper() + desync[1:])
-    lost = sorted(set(ended) | {r for r in states if states[r][0] in ('dead', 'lost')})
+    lost = sorted(set(ended) | {r for r in states if states[r][0] in (RankState.DEAD, RankState.LOST)})
     kept = [r for r in sorted(states) if r not in lost]
     now = self.rs.plan  # a rank replaced since the task was sent has another engine now
-    replaced = [r for r in lost if r < len(now) and now[r]['pid'] != rs.plan[r]['pid']]
+    replaced = [r for r in lost if r < len(now) and now[r].pid != rs.plan[r].pid]
     left = [r for r in lost if r not in replaced]
     if replaced:
         lines.append(f"cl.restart() has replaced {_rank_list(replaced, n)} since: re-run your setup cells, "
@@ -642,7 +643,7 @@ def failure(self:Supervisor, states:dict, first:list, ended:list, cell:str='the 
         lines.append((f"{_cap(_rank_list(kept, n))} kept their state. " if kept else '')
                      + f"cl.restart() replaces {_rank_list(left, n)} (their state is lost) "
                      "and forms a new process group; then re-run your setup cells, which the new ranks have not run.")
-    elif not lost and any(states[r][0] == 'error' for r in states) and len(first) < len(states):
+    elif not lost and any(states[r][0] == RankState.ERROR for r in states) and len(first) < len(states):
         counts = issued_counts(rs, sorted(states))  # a plain error on one rank leaves the group in step: no advice then
         if counts is not None and len(set(counts.values())) > 1:
             lines.append(f"The ranks are out of step (collectives issued: {counts}): "
@@ -757,7 +758,7 @@ def relabel(self:Supervisor, w:Watch, err, # ipyparallel's own error of the task
         r = ranks.get((ei or {}).get('engine_id'))
         who = f"rank {r}" if r is not None else 'a rank'
         if ename == 'EngineError' and r is not None:
-            lines.append(f"--- {rs.describe(r)} {self.death(r, rs.plan[r]['pid'])} while running it."); continue
+            lines.append(f"--- {rs.plan[r].describe()} {self.death(r, rs.plan[r].pid)} while running it."); continue
         same = first.setdefault((ename, str(evalue)), who)
         if same != who: lines.append(f"--- {who}: raised the same error as {same}."); continue
         lines += [f"--- {who}:"] + clean_traceback(tb or f"{ename}: {evalue}", w.cell).strip('\n').splitlines()
@@ -781,7 +782,7 @@ def _by_rank(parts:dict, # rank -> what it did
 def stop_line(states:dict, # rank -> (state, error) of the interrupted task (`RankSet.states`)
              ) -> str|None: # None unless every rank stopped cooperatively
     "The one line for a cooperative stop: 'stopped at step 37/150 on every rank — re-run the cell to continue' (`StopRequested` says where)"
-    if not states or any(s != 'stopped' for s, _ in states.values()): return None
+    if not states or any(s != RankState.STOPPED for s, _ in states.values()): return None
     where = {r: (str(getattr(e, 'evalue', '') or '').strip().splitlines() or ['stopped'])[0]
              for r, (_, e) in states.items()}
     if len(set(where.values())) == 1:
@@ -792,8 +793,8 @@ def interrupted_line(states:dict, # rank -> (state, error) of the interrupted ta
                     ) -> str:
     "Where each rank was when a cell that does not stop cooperatively was interrupted: 'interrupted: every rank was at cell line 2: time.sleep(1)', or rank by rank"
     def what(s, e):
-        if s == 'ok': return 'had finished the cell'
-        if s == 'stopped': return (str(getattr(e, 'evalue', '') or '').strip().splitlines() or ['stopped'])[0]
+        if s == RankState.OK: return 'had finished the cell'
+        if s == RankState.STOPPED: return (str(getattr(e, 'evalue', '') or '').strip().splitlines() or ['stopped'])[0]
         at = cell_place(e)
         if getattr(e, 'ename', None) == 'KeyboardInterrupt':
             return f"was at {at}" if at else "was outside the cell's code"
@@ -813,7 +814,7 @@ def ready(self:Supervisor,
     rs = self.rs
     ids = ({targets} if isinstance(targets, int) else set(targets) if isinstance(targets, (list, tuple, range))
            else set(rs.engine_ids()))
-    dead = [r for r in rs.gone() if rs.plan[r]['engine_id'] in ids]
+    dead = [r for r in rs.gone() if rs.plan[r].engine_id in ids]
     if dead: raise self.idle_failure(dead)
 
 @patch
@@ -822,7 +823,7 @@ def idle_failure(self:Supervisor, dead:list, # ranks whose engine died between c
     "The error for a cell sent to ranks that died while idle: each named with how it died, and the way out"
     rs, n, one = self.rs, len(self.rs), len(dead) == 1
     kept = [r for r in range(n) if r not in dead]
-    lines = [f"{rs.describe(r)} {self._idle_death(r)} while idle, between cells." for r in dead]
+    lines = [f"{rs.plan[r].describe()} {self._idle_death(r)} while idle, between cells." for r in dead]
     lines.append(f"cl.restart() replaces {'it' if one else 'them'} ({'its' if one else 'their'} state is lost"
                  + (f"; {_rank_list(kept, n)} keep theirs" if kept else '')
                  + ") and forms a new process group; then re-run your setup cells. This cell was not sent.")
@@ -835,6 +836,6 @@ def _idle_death(self:Supervisor, r:int,
     "How the engine of rank `r` ended, once known"
     deadline = time.monotonic() + wait
     while True:
-        why = self.death(r, self.rs.plan[r]['pid'])
+        why = self.death(r, self.rs.plan[r].pid)
         if 'unknown' not in why or time.monotonic() > deadline or not self.rs.is_local(r): return why
         time.sleep(0.1)
