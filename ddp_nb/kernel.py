@@ -17,7 +17,8 @@ __all__ = ['ANSI', 'Frontend', 'Kernel', 'Ran']
 ANSI = re.compile(r'\x1b\[[0-9;]*m')  # a terminal colour code (tracebacks and rank labels carry them)
 
 class Frontend:
-    "A notebook's output areas as a frontend keeps them: outputs in order, streams joined per name with '\\r' applied, displays updated by id (in every cell), clear_output(wait), errors"
+    """A notebook's output areas as a frontend keeps them: outputs in order, streams joined per name with '\\r' applied,
+    displays updated by id (in every cell), clear_output(wait), errors"""
     def __init__(self): self.cells = {}
 
     def apply(self, cell:str, # the cell: its execute request's id
@@ -26,7 +27,8 @@ class Frontend:
              ):
         "Apply one iopub message of `cell` as a frontend does"
         area = self.cells.setdefault(cell, {'outs': [], 'wait': False})
-        if kind in ('stream', 'display_data', 'execute_result', 'error') and area['wait']: area['outs'], area['wait'] = [], False
+        if kind in ('stream', 'display_data', 'execute_result', 'error') and area['wait']:
+            area['outs'], area['wait'] = [], False
         if kind == 'stream':
             last = area['outs'][-1] if area['outs'] else None
             if last and last['kind'] == 'stream' and last['name'] == c['name']: last['text'] += c['text']
@@ -62,9 +64,9 @@ class Frontend:
 class Kernel:
     "A real Jupyter kernel driven as a notebook drives it, on ipc sockets in a folder of its own"
     def __init__(self, cwd:str|None=None, # where it starts; None: here
-                 python:str|None=None, # its interpreter; another environment's bin/ goes first on PATH, as if activated. None: this one
+                 python:str|None=None, # its interpreter (its bin/ first on PATH, as if activated); None: this one
                  module:str='ipykernel_launcher', # the kernel: `python -m module -f connection_file`
-                 env:dict|None=None, # variables set on top of this process's (IPP_NONINTERACTIVE left out, as in a user's notebook)
+                 env:dict|None=None, # variables set on top of this process's (less IPP_NONINTERACTIVE, as a notebook)
                  interrupt_mode:str='signal', # how the stop button reaches it: 'signal' (SIGINT) or 'message'
                  timeout:float=120, # seconds for it to start and answer
                 ):
@@ -111,17 +113,19 @@ def messages(self:Kernel, code:str, # the cell
              timeout:float=120, # seconds it may take: past them it fails (AssertionError)
              interrupt_after:float|None=None, # press the stop button that many seconds after the request
              at:dict|None=None, # {seconds: callable} run while the cell runs
-             interrupt_when:tuple|None=None, # (test of the text streamed so far, seconds): press the stop button that long after the test first passes
+             interrupt_when:tuple|None=None, # (test of the text streamed so far, s): stop that long after it passes
             ):
-    "Run a cell; yield (seconds since the request, message type, content) for each of its iopub messages until the kernel is idle, applied to `self.front` as they come (`self.mid`: the cell's id)"
+    """Run a cell; yield (seconds since the request, message type, content) for each of its iopub messages until the
+    kernel is idle, applied to `self.front` as they come (`self.mid`: the cell's id)"""
     self.mid, t0, todo, self.t_int = self.kc.execute(code), time.monotonic(), dict(at or {}), None
     streamed, t_when = '', None
     while True:
         now = time.monotonic() - t0
         for t in [t for t in todo if t <= now]: todo.pop(t)()
-        if interrupt_when is not None and t_when is None and interrupt_when[0](streamed): t_when = now + interrupt_when[1]
-        if self.t_int is None and ((interrupt_after is not None and now > interrupt_after) or (t_when is not None and now > t_when)):
-            self.interrupt()
+        if interrupt_when is not None and t_when is None and interrupt_when[0](streamed):
+            t_when = now + interrupt_when[1]
+        due = (interrupt_after is not None and now > interrupt_after) or (t_when is not None and now > t_when)
+        if self.t_int is None and due: self.interrupt()
         assert now < timeout, f"cell did not finish in {timeout}s: {code[:200]}"
         try: m = self.kc.get_iopub_msg(timeout=0.02)
         except queue.Empty: continue
@@ -147,12 +151,15 @@ def run(self:Kernel, code:str, # the cell
         timeout:float=120, # seconds it may take: past them it fails (AssertionError)
         interrupt_after:float|None=None, # press the stop button that many seconds after the request
         at:dict|None=None, # {seconds: callable} run while the cell runs
-        interrupt_when:tuple|None=None, # (test of the text streamed so far, seconds): press the stop button that long after the test first passes
+        interrupt_when:tuple|None=None, # (test of the text streamed so far, s): stop that long after it passes
        ) -> Ran:
-    "Run a cell to idle. `self.streams`: [(seconds, 'stdout'|'stderr', text)]; `self.reply`: its execute_reply's content ('status' is 'error' for a failed cell even where no error output was shown); `self.shown()`: what the notebook shows"
+    """Run a cell to idle. `self.streams`: [(seconds, 'stdout'|'stderr', text)]; `self.reply`: its execute_reply's
+    content ('status' is 'error' for a failed cell even where no error output was shown); `self.shown()`: what the
+    notebook shows"""
     t0, out, lines, err, self.streams = time.monotonic(), [], [], None, []
     for t, kind, c in self.messages(code, timeout, interrupt_after, at, interrupt_when):
-        if kind == 'stream': out.append(c['text']); lines.append((t, c['text'])); self.streams.append((t, c['name'], c['text']))
+        if kind == 'stream':
+            out.append(c['text']); lines.append((t, c['text'])); self.streams.append((t, c['name'], c['text']))
         elif kind == 'error': err = f"{c['ename']}: {c['evalue']}"; out.append('\n'.join(c['traceback']))
         elif kind in ('execute_result', 'display_data'): out.append(c['data'].get('text/plain', ''))
     took = time.monotonic() - (self.t_int or t0)
@@ -163,7 +170,7 @@ def run(self:Kernel, code:str, # the cell
 def reply_to(self:Kernel, mid:str, # the request's id
              timeout:float=10, # seconds to wait for it
             ) -> dict:
-    "The content of the execute_reply to request `mid` (the shell channel keeps every reply in order: earlier ones are dropped)"
+    "The content of the execute_reply to request `mid` (the shell channel keeps every reply: older ones dropped)"
     while True:
         m = self.kc.get_shell_msg(timeout=timeout)
         if m['parent_header'].get('msg_id') == mid: return m['content']
@@ -189,7 +196,8 @@ def value(self:Kernel, expr:str, # an expression, evaluated in the kernel
           timeout:float=300, # seconds it may take
          ):
     "The value of `expr` in the kernel, through JSON (what JSON cannot carry arrives as its repr)"
-    return json.loads(self.ok(f"import json as _j; print('@@' + _j.dumps({expr}, default=repr))", timeout).rsplit('@@', 1)[1])
+    out = self.ok(f"import json as _j; print('@@' + _j.dumps({expr}, default=repr))", timeout)
+    return json.loads(out.rsplit('@@', 1)[1])
 
 # %% ../nbs/02l_kernel.ipynb #84a5fdcf
 def _described(p) -> str:
@@ -212,7 +220,7 @@ def close(self:Kernel, first:str|None=None, # a cell run before, within 60 s (a 
           now:bool=False, # kill the kernel at once; False: ask it to shut down, kill it after a grace period
           wait:float=30, # seconds to wait for its processes to end
          ) -> list: # 'pid: command line' of its processes still alive after `wait` s
-    "Shut the kernel down and wait until every process it had (its own and those under it) has ended; those that did not"
+    "Shut the kernel down and wait until every process it had (its own, those under it) has ended; those that did not"
     try:
         if first is not None: self.run(first, timeout=60)
     finally:

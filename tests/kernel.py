@@ -9,7 +9,7 @@ STOP = "try: cl.stop()\nexcept NameError: pass"
 
 
 class Kernel(_Kernel):
-    "A kernel started in the repository; `close` stops the notebook's cluster `cl` if it has one (`stop`), then kills it"
+    "A kernel started in the repository; `close` stops the notebook's cluster `cl` if any (`stop`), then kills it"
     def __init__(self): super().__init__(cwd=str(ROOT))
 
     def close(self, stop: bool = True) -> list: return super().close(STOP if stop else None, now=True)
