@@ -2,8 +2,9 @@
 ddp_nb cluster vs raw ipyparallel %%px (bare cluster + hand-written init) vs nbdistributed (if it is installed).
 
     python -m benchmarks.cells [--cells 30]"""
-import argparse, os, time
+import argparse
 from benchmarks.common import med, table, ROOT
+from ddp_nb.kernel import Kernel
 
 CELL = "t = torch.ones(1); dist.all_reduce(t)"
 SIDES = {
@@ -20,45 +21,35 @@ SIDES = {
 }
 
 
-def _exec(kc, code: str, timeout: float = 300) -> float:
+def _exec(k: Kernel, code: str, timeout: float = 300) -> float:
     "Seconds from execute request to the kernel's idle status for it; raises on an error in the cell"
-    t0 = time.perf_counter()
-    mid = kc.execute(code)
-    err = None
-    while True:
-        m = kc.get_iopub_msg(timeout=timeout)
-        if m['parent_header'].get('msg_id') != mid: continue
-        if m['msg_type'] == 'error': err = f"{m['content']['ename']}: {m['content']['evalue']}"
-        if m['msg_type'] == 'status' and m['content']['execution_state'] == 'idle': break
-    dt = time.perf_counter() - t0
+    took, _, err, _ = k.run(code, timeout)
     if err: raise RuntimeError(err)
-    return dt
+    return took
 
 
 def run(cells: int = 30, rounds: int = 3) -> str:
     "The warm-cell section, as markdown"
     import importlib.util
-    from jupyter_client.manager import start_new_kernel
     kernels, times, notes = {}, {k: [] for k in SIDES}, {}
     for name, s in SIDES.items():
         if s.get('needs') and importlib.util.find_spec(s['needs']) is None:
             notes[name] = f"not installed (`pip install {s['needs']}`)"; continue
-        km, kc = start_new_kernel(kernel_name='python3', cwd=str(ROOT), env={k: v for k, v in os.environ.items() if k != 'IPP_NONINTERACTIVE'})  # as a user's kernel: %%px output streams
-        kernels[name] = (km, kc)
+        kernels[name] = k = Kernel(cwd=str(ROOT))   # as a user's kernel: %%px output streams
         try:
-            for code in s['setup']: _exec(kc, code)
-            _exec(kc, s['cell'])
+            for code in s['setup']: _exec(k, code)
+            _exec(k, s['cell'])
         except Exception as e:
             notes[name] = f"failed: {str(e)[:120]}"
     try:
         for r in range(rounds):
             for name in [n for n in SIDES if n in kernels and n not in notes]:
-                for _ in range(max(1, cells // rounds)): times[name].append(_exec(kernels[name][1], SIDES[name]['cell']))
+                for _ in range(max(1, cells // rounds)): times[name].append(_exec(kernels[name], SIDES[name]['cell']))
     finally:
-        for name, (km, kc) in kernels.items():
-            try: _exec(kc, SIDES[name]['teardown'], timeout=60)
+        for name, k in kernels.items():
+            try: _exec(k, SIDES[name]['teardown'], timeout=60)
             except Exception: pass
-            kc.stop_channels(); km.shutdown_kernel(now=False)
+            k.close()
     raw = med(times['raw ipyparallel `%%px`'])
     rows = []
     for name in SIDES:

@@ -12,9 +12,10 @@ interpreter `BENCH_PEERS_PYTHON` names (default: this one); a peer that does not
 saying why.
 
     BENCH_PEERS_PYTHON=/work/peers-venv/bin/python python -m benchmarks.peers [--rounds 3] [--fast]"""
-import argparse, json, os, queue, shutil, signal, subprocess, sys, tempfile, textwrap, time
+import argparse, json, os, shutil, signal, subprocess, sys, tempfile, textwrap, time
 from pathlib import Path
 from benchmarks.common import med, table, ROOT
+from ddp_nb.kernel import Kernel
 
 PEERS_PY = os.environ.get('BENCH_PEERS_PYTHON') or sys.executable
 
@@ -101,47 +102,22 @@ SIDES = {
 }
 
 
-class Kernel:
-    "A Jupyter kernel (ipc sockets) on interpreter `py`, or jupyter-distributed's proxy kernel over 2 of them"
-    def __init__(self, py: str, jd: bool = False):
-        from jupyter_client.manager import KernelManager
-        self.dir = tempfile.mkdtemp(prefix='ddp_nb-peers-')
-        env = {k: v for k, v in os.environ.items() if k != 'IPP_NONINTERACTIVE'}   # as a user's notebook runs,
-        env['PATH'] = os.path.dirname(py) + os.pathsep + env.get('PATH', '')   # in its activated environment (nbdistributed
-        # starts its workers as `python` from PATH)
-        self.km = KernelManager(kernel_name='python3', transport='ipc', ip=os.path.join(self.dir, 'kernel'))
-        if jd:   # what its server extension does when the notebook's Processes field is set to 2 (a kernel restart)
-            self.km.kernel_spec.argv = [py, '-m', 'jupyter_distributed.kernel', '-f', '{connection_file}']
-            self.km.kernel_spec.interrupt_mode = 'message'
-            env.update(JUPYTER_DISTRIBUTED_BASE_KERNEL='python3', JUPYTER_DISTRIBUTED_WORLD_SIZE='2',
-                       JUPYTER_DISTRIBUTED_REGISTRY_FILE=os.path.join(self.dir, 'registry.json'), JUPYTER_DISTRIBUTED_CWD=str(ROOT))
-        else: self.km.kernel_spec.argv = [py, '-m', 'ipykernel_launcher', '-f', '{connection_file}']
-        self.km.start_kernel(cwd=str(ROOT), env=env)
-        self.kc = self.km.client(); self.kc.start_channels(); self.kc.wait_for_ready(timeout=300)
+def peer_kernel(py: str, jd: bool, registry: str) -> Kernel:
+    """A kernel on interpreter `py` in its activated environment (nbdistributed starts its workers as `python` from PATH),
+    or jupyter-distributed's proxy kernel over 2 of them (`jd`; its registry file: `registry`)"""
+    if not jd: return Kernel(cwd=str(ROOT), python=py, timeout=300)
+    # what its server extension does when the notebook's Processes field is set to 2 (a kernel restart)
+    return Kernel(cwd=str(ROOT), python=py, module='jupyter_distributed.kernel', interrupt_mode='message', timeout=300,
+                  env=dict(JUPYTER_DISTRIBUTED_BASE_KERNEL='python3', JUPYTER_DISTRIBUTED_WORLD_SIZE='2',
+                           JUPYTER_DISTRIBUTED_REGISTRY_FILE=registry, JUPYTER_DISTRIBUTED_CWD=str(ROOT)))
 
-    def cell(self, code: str, timeout: float = 300) -> tuple:
-        "Run a cell: (seconds from execute request to idle, its text output); raises with the error of a failed cell"
-        t0, out, err = time.perf_counter(), [], None
-        mid = self.kc.execute(code)
-        while True:
-            assert time.perf_counter() - t0 < timeout, f"cell did not finish in {timeout}s: {code[:80]}"
-            try: m = self.kc.get_iopub_msg(timeout=1)
-            except queue.Empty: continue
-            if m['parent_header'].get('msg_id') != mid: continue
-            kind, c = m['msg_type'], m['content']
-            if kind == 'stream': out.append(c['text'])
-            elif kind in ('execute_result', 'display_data'): out.append(c['data'].get('text/plain', ''))
-            elif kind == 'error': err = f"{c['ename']}: {c['evalue']}"
-            elif kind == 'status' and c['execution_state'] == 'idle': break
-        dt = time.perf_counter() - t0
-        if err is None and ('Traceback' in ''.join(out) or '❌' in ''.join(out)): err = ''.join(out)[-300:]  # magics that print their failure
-        if err: raise RuntimeError(err.strip().splitlines()[-1][:300])
-        return dt, ''.join(out)
 
-    def close(self):
-        try: self.kc.stop_channels(); self.km.shutdown_kernel(now=False)
-        except Exception: self.km.shutdown_kernel(now=True)
-        shutil.rmtree(self.dir, ignore_errors=True)
+def cell(k: Kernel, code: str, timeout: float = 300) -> tuple:
+    "Run a cell: (seconds from execute request to idle, its text output); raises with the error of a failed cell"
+    dt, out, err, _ = k.run(code, timeout)
+    if err is None and ('Traceback' in out or '❌' in out): err = out[-300:]  # magics that print their failure
+    if err: raise RuntimeError(err.strip().splitlines()[-1][:300])
+    return dt, out
 
 
 def probe(py: str) -> dict:
@@ -176,24 +152,26 @@ def side_round(name: str, s: dict, py: str, T: dict, cells: int, iters: int, scr
     "One round of one side in a fresh kernel: every metric it has, appended to T[metric]"
     jd = s.get('kernel') == 'jupyter_distributed'
     t0 = time.perf_counter()
-    k = Kernel(py, jd)
+    k = peer_kernel(py, jd, os.path.join(os.path.dirname(path), f'registry-{r}.json'))   # (next to the script, in the run's folder)
     try:
         start = time.perf_counter() - t0 if jd else 0.   # its start is a kernel (re)start with 2 rank kernels
-        for c in s['start']: start += k.cell(c)[0]
+        for c in s['start']: start += cell(k, c)[0]
         T['start'].append(start)
-        k.cell(s['warm'])   # one untimed: warm means after a first cell
-        T['warm'] += [k.cell(s['warm'])[0] for _ in range(cells)]
-        if s.get('state'): k.cell(s['state']); k.cell(s['iterate'].format(lr=0.05))   # built once and run once, as in a notebook
-        T['iterate'] += [k.cell(s['iterate'].format(lr=0.05 + (r * iters + i) * 1e-3))[0] for i in range(iters)]
+        cell(k, s['warm'])   # one untimed: warm means after a first cell
+        T['warm'] += [cell(k, s['warm'])[0] for _ in range(cells)]
+        if s.get('state'): cell(k, s['state']); cell(k, s['iterate'].format(lr=0.05))   # built once and run once, as in a notebook
+        T['iterate'] += [cell(k, s['iterate'].format(lr=0.05 + (r * iters + i) * 1e-3))[0] for i in range(iters)]
         if s.get('script'):
-            if s.get('script_setup'): k.cell(s['script_setup'])
-            T['script'] += [k.cell(s['script'].format(path=path))[0] for _ in range(scripts)]
+            if s.get('script_setup'): cell(k, s['script_setup'])
+            T['script'] += [cell(k, s['script'].format(path=path))[0] for _ in range(scripts)]
         if s.get('replace'):
-            pids = json.loads(k.cell(f"import json; print('@@' + json.dumps({s['pids']}))")[1].rsplit('@@', 1)[1])
+            pids = json.loads(cell(k, f"import json; print('@@' + json.dumps({s['pids']}))")[1].rsplit('@@', 1)[1])
             _kill(pids[1])
-            T['replace'].append(k.cell(s['replace'])[0] + k.cell(s['warm'])[0])   # until it serves cells again
-        if s.get('stop'): k.cell(s['stop'], timeout=120)
-    finally: k.close()
+            T['replace'].append(cell(k, s['replace'])[0] + cell(k, s['warm'])[0])   # until it serves cells again
+        if s.get('stop'): cell(k, s['stop'], timeout=120)
+    finally:
+        left = k.close()   # (it waits until every process of the kernel has ended)
+        if left: print(f"{name}: still running after its kernel closed: {left}", flush=True)
 
 
 def torchrun_round(py: str, T: dict, scripts: int, path: str):

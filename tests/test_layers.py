@@ -16,6 +16,7 @@ LAYERS = {
     'history': ('kernel', 5), 'plot': ('kernel', 5), 'collector': ('kernel', 6),  # the dashboard's parts (it re-exports them)
     'ranks': ('kernel', 8), 'engines': ('kernel', 8), 'outputs': ('kernel', 8), 'dashboard': ('kernel', 8), 'export': ('kernel', 8), 'group': ('kernel', 9), 'supervise': ('kernel', 9),
     'magics': ('kernel', 10), 'launch': ('kernel', 10), 'cluster': ('kernel', 11), 'cli': ('kernel', 12),
+    'kernel': ('kernel', 12),  # a Jupyter kernel driven from outside, for tests and benchmarks of notebooks: nothing imports it
 }
 LIGHT_RANK_SIDE = {'context', 'report', 'rank', 'scripts', 'timing'}  # rank-side modules the kernel may import at the top: no torch there
 PKG = ROOT / 'ddp_nb'

@@ -9,6 +9,7 @@ from ddp_nb.processes import cluster_procs
 from ddp_nb.core import cluster_owner
 from ddp_nb.processes import cluster_files, rank_dir, rank_files
 from conftest import run, shown
+from kernel import Kernel
 
 ROOT = Path(__file__).resolve().parent.parent
 GONE_WITHIN = 10  # seconds: the issue's goal; measured: well under 1 s (printed)
@@ -78,39 +79,24 @@ def test_cleanup_removes_the_files_of_a_cluster_killed_whole(ddp_nb_bin, no_left
     print(f"\nddp_nb cleanup removed {len(left) + 1} files of cluster {cid}, killed whole")
 
 
-def _exec(kc, code: str, timeout: float = 180):
-    "Run `code` in the kernel; return its stdout; raise on an error"
-    mid = kc.execute(code)
-    out, err = [], None
-    while True:
-        m = kc.get_iopub_msg(timeout=timeout)
-        if m['parent_header'].get('msg_id') != mid: continue
-        if m['msg_type'] == 'stream': out.append(m['content']['text'])
-        if m['msg_type'] == 'error': err = f"{m['content']['ename']}: {m['content']['evalue']}"
-        if m['msg_type'] == 'status' and m['content']['execution_state'] == 'idle': break
-    if err: raise RuntimeError(err)
-    return ''.join(out)
-
-
-START_IN_KERNEL = "from ddp_nb import DDPCluster\ncl = DDPCluster(n=2).start()\nprint(cl.cluster_id)"
+START_IN_KERNEL = "from ddp_nb import DDPCluster\ncl = DDPCluster(n=2).start()"
 
 
 def test_kernel_restart_and_kill_end_the_cluster(no_leftovers):
-    from jupyter_client.manager import start_new_kernel
-    km, kc = start_new_kernel(kernel_name='python3', cwd=str(ROOT), env={k: v for k, v in os.environ.items() if k != 'IPP_NONINTERACTIVE'})  # as a user's kernel
+    k = Kernel()  # as a user's kernel
     try:
-        cid = _exec(kc, START_IN_KERNEL).strip()
+        k.ok(START_IN_KERNEL, 180); cid = k.value("cl.cluster_id")
         assert len(cluster_procs(cid)) >= 5 and len(rank_files(cid)) >= 2
         t0 = time.monotonic()
-        km.restart_kernel(now=False)  # what a notebook's "Restart kernel" does: ask, then kill after a grace period
+        k.km.restart_kernel(now=False)  # what a notebook's "Restart kernel" does: ask, then kill after a grace period
         dt_restart = time.monotonic() - t0
         dt = wait_gone(cid)
         print(f"\nkernel restart returned after {dt_restart:.2f}s; cluster gone {dt:.2f}s later")
         assert cluster_procs(cid) == [] and dt < GONE_WITHIN
         assert rank_files(cid) == [], rank_files(cid)  # the ranks' files went with it
 
-        kc.stop_channels(); kc = km.client(); kc.start_channels(); kc.wait_for_ready(timeout=60)
-        cid = _exec(kc, START_IN_KERNEL).strip()
+        k.connect(60)
+        k.ok(START_IN_KERNEL, 180); cid = k.value("cl.cluster_id")
         n = len(cluster_procs(cid))
         assert len(rank_files(cid)) >= 2, rank_files(cid)  # a stack file per rank, made as the cluster started
         os.kill(cluster_owner(cid), signal.SIGKILL)  # the id names its owner: the kernel
@@ -119,8 +105,7 @@ def test_kernel_restart_and_kill_end_the_cluster(no_leftovers):
         assert cluster_procs(cid) == [] and dt < GONE_WITHIN
         assert rank_files(cid) == [], rank_files(cid)  # removed by the owner watch
     finally:
-        kc.stop_channels()
-        km.shutdown_kernel(now=True)
+        k.close(stop=False)
 
 
 def test_failing_notebook_under_nbdev_test_leaves_nothing(tmp_path, no_leftovers):

@@ -3,7 +3,7 @@ kernel that streams output (no IPP_NONINTERACTIVE), also after a restart (engine
 ipyparallel's `%%px` is the baseline. The counts go to build/px_output.json."""
 import json, os, re, time
 from conftest import ROOT, ours
-from kernel import Kernel, ANSI
+from kernel import Kernel, ANSI, Frontend
 
 RUNS, LINES = 50, 5  # per phase: 50 runs x 2 ranks x 5 lines = 500 lines; ddp_nb has two phases (before/after a restart)
 LINE = re.compile(r'^(?:\[rank (\d+)\] )?.*?run (\d+) rank (\d+) line (\d+)$')
@@ -96,40 +96,6 @@ def test_bare_ipyparallel_baseline():
 import pytest
 
 LIVE = {}  # numbers measured here, written to build/px_live.json
-
-
-class Frontend:
-    "A notebook's output areas as a frontend keeps them: outputs in order, streams joined per name with '\\r' applied, displays updated by id (in every cell), clear_output(wait)"
-    def __init__(self): self.cells = {}
-
-    def apply(self, cell, kind, c):
-        area = self.cells.setdefault(cell, {'outs': [], 'wait': False})
-        if kind in ('stream', 'display_data', 'execute_result') and area['wait']: area['outs'], area['wait'] = [], False
-        if kind == 'stream':
-            last = area['outs'][-1] if area['outs'] else None
-            if last and last['kind'] == 'stream' and last['name'] == c['name']: last['text'] += c['text']
-            else: area['outs'].append({'kind': 'stream', 'name': c['name'], 'text': c['text']})
-        elif kind in ('display_data', 'execute_result'):
-            area['outs'].append({'kind': 'display', 'data': c['data'], 'id': c.get('transient', {}).get('display_id')})
-        elif kind == 'update_display_data':
-            did = c['transient']['display_id']
-            for a in self.cells.values():
-                for o in a['outs']:
-                    if o['kind'] == 'display' and o['id'] == did: o['data'] = c['data']
-        elif kind == 'clear_output':
-            if c['wait']: area['wait'] = True
-            else: area['outs'] = []
-
-    def text(self, cell) -> str:
-        "What the cell's output area shows, as text"
-        out = []
-        for o in self.cells.get(cell, {'outs': []})['outs']:
-            if o['kind'] == 'stream': out.append(''.join(l.rsplit('\r', 1)[-1] + '\n' for l in o['text'].split('\n')[:-1]) + o['text'].split('\n')[-1].rsplit('\r', 1)[-1])
-            else: out.append(o['data'].get('text/plain', '') + '\n')
-        return ANSI.sub('', ''.join(out))
-
-    def kinds(self, cell) -> list:
-        return [o['kind'] for o in self.cells.get(cell, {'outs': []})['outs']]
 
 
 def watch(kern, front, code, timeout=120):
