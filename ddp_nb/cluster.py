@@ -7,7 +7,7 @@ from __future__ import annotations
 import os, secrets, signal, sys, threading, time, warnings
 from multiprocessing.util import Finalize
 from fastcore.basics import patch
-from .core import Phases, Rank, RankState, engine_count, make_cluster_id, pick_backend
+from .core import Phases, Rank, RankState, agree, engine_count, make_cluster_id, name_ranks, pick_backend
 from .host import local_cpus, local_gpus
 from .processes import cluster_procs, kill_procs, remove_rank_files
 from .compat_ipp import abandon_client, session_key, stop_sync_thread
@@ -609,14 +609,14 @@ def _replace_ended(self:DDPCluster, ar, # the interrupted task, or None
                   ):
     "After an interrupt that cost ranks their state: say which and why (stderr), then replace them (`restart`)"
     stuck = [r for r in ended if r not in stopped + died]
-    why = [f"ranks {stopped} were stopped (SIGSTOP?) and were ended"] * bool(stopped) \
-        + [f"ranks {stuck} were stuck (in a collective?) and were ended"] * bool(stuck) \
+    why = [f"{name_ranks(stopped)} {agree(stopped, 'was', 'were')} stopped (SIGSTOP?) and ended"] * bool(stopped) \
+        + [f"{name_ranks(stuck)} {agree(stuck, 'was', 'were')} stuck (in a collective?) and ended"] * bool(stuck) \
         + [f"the engine of rank {r} {self._death(r)}" for r in died]
     kept = [r for r in range(self.world_size) if r not in ended]
-    said = (f"Interrupted: every rank stopped in {took:.1f}s; {'; '.join(why)}: their state is lost"
-            + (f"; ranks {kept} kept theirs" if kept else '') + ".")
+    said = (f"Interrupted: every rank stopped in {took:.1f}s; {'; '.join(why)}: {agree(ended, 'its', 'their')} state is lost"
+            + (f"; {name_ranks(kept)} kept {agree(kept, 'its', 'theirs')}" if kept else '') + ".")
     print(f"{said} Replacing the ended ranks:", file=sys.stderr)
-    self._sup.interrupted(ar, f"{said} cl.interrupt() replaced ranks {ended}: re-run your setup cells on them.")
+    self._sup.interrupted(ar, f"{said} cl.interrupt() replaced {name_ranks(ended)}: re-run your setup cells on {agree(ended, 'it', 'them')}.")
     self.restart(ended)
 
 # %% ../nbs/02g_cluster.ipynb #7d19ae5e
@@ -715,10 +715,11 @@ def _restarted_line(ranks:list, # the ranks replaced
                     took:float, # seconds the restart took
                    ) -> str:
     "What a restart says it did, and what to re-run"
-    many = len(ranks) > 1
-    return (f"Restarted in {took:.1f}s: " + (f"ranks {ranks} are new engines (state lost), " if ranks else '')
-            + (f"ranks {kept} kept their state; " if kept else '') + f"new process group on port {port}. "
-            + (f"Rank{'s' * many} {', '.join(map(str, ranks))} {'are' if many else 'is'} new: re-run your setup cells "
+    new = f"{name_ranks(ranks)} {agree(ranks, 'is a new engine', 'are new engines')} (state lost), " if ranks else ''
+    return (f"Restarted in {took:.1f}s: " + new
+            + (f"{name_ranks(kept)} kept {agree(kept, 'its', 'their')} state; " if kept else '')
+            + f"new process group on port {port}. "
+            + (f"{name_ranks(ranks).capitalize()} {agree(ranks, 'is', 'are')} new: re-run your setup cells "
                "(imports, data, model, optimizer) on every rank." if ranks else
                "Rebuild what was bound to the old group (model = rewrap(model))."))
 

@@ -14,8 +14,8 @@ __all__ = ['BACKENDS', 'PROGRESS_KEYS', 'TB_HINT', 'CLUSTER_PREFIX', 'pick_backe
            'threads_per_rank', 'RankState', 'Rank', 'plan_ranks', 'check_gpus', 'torchrun_env', 'rank_device',
            'single_host', 'label_hosts', 'iface_of', 'master_address', 'check_ifname', 'engines_per_host',
            'slurm_script', 'mpi_host_args', 'parse_ranks', 'RankRunner', 'call_ranks', 'rank_magic_args', 'rank_ranges',
-           'name_ranks', 'StepCounter', 'Phases', 'tensorboard_parts', 'tb_tag', 'make_cluster_id', 'cluster_owner',
-           'stack_file', 'Straggler', 'find_straggler']
+           'name_ranks', 'agree', 'StepCounter', 'Phases', 'tensorboard_parts', 'tb_tag', 'make_cluster_id',
+           'cluster_owner', 'stack_file', 'Straggler', 'find_straggler']
 
 # %% ../nbs/00_core.ipynb #b29d9b8a
 BACKENDS = ('nccl', 'gloo')
@@ -338,6 +338,13 @@ def name_ranks(ranks, # rank numbers, in any order
     items = rank_ranges(rs).split(', ')
     if most is not None and len(items) > most: items = items[:most] + ['…']
     return f"ranks {', '.join(items)}" + (f" ({len(rs):,} ranks)" if count else '')
+
+def agree(ranks, # the ranks a sentence is about
+          one:str, # the word for one rank ('was', 'its')
+          many:str, # the word for several ('were', 'their')
+         ) -> str:
+    "The word that agrees with how many ranks `name_ranks(ranks)` names"
+    return one if len(set(ranks)) == 1 else many
 
 # %% ../nbs/00_core.ipynb #1f78df35
 PROGRESS_KEYS = ('total', 'epoch', 'samples')  # progress facts, shown in the header rather than plotted

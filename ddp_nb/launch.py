@@ -7,6 +7,7 @@ from __future__ import annotations
 import os, secrets, sys, time
 from . import rank, scripts
 from .compat_ipp import record_outputs
+from .core import name_ranks
 from .group import teardown
 from .outputs import RankOutput
 from .ranks import RankSet
@@ -47,7 +48,7 @@ def script_failure(name:str, # the script's name, for the message
     bad = sorted((r for r in results if r['exit_code']), key=lambda r: r['ended'])
     if not bad: return None
     first = bad[0]
-    lines = [f"{name} failed on rank(s) {sorted(r['rank'] for r in bad)} "
+    lines = [f"{name} failed on {name_ranks(r['rank'] for r in bad)} "
              f"(exit code{'s' if len(bad) > 1 else ''} "
              f"{', '.join(str(r['exit_code']) for r in sorted(bad, key=lambda r: r['rank']))}); "
              f"rank {first['rank']} failed first:", (first['error'] or '').rstrip()]
@@ -130,7 +131,7 @@ def run_script(rs:RankSet, # the ranks of a running cluster
                   block=False)
     busy, stopped = follow_script(rs, ars, envs, timeout, backend, group_timeout)
     if busy:
-        raise RuntimeError(f"{name} {stopped}: rank(s) {busy} did not stop within {group_timeout:g}s of SIGINT "
+        raise RuntimeError(f"{name} {stopped}: {name_ranks(busy)} did not stop within {group_timeout:g}s of SIGINT "
                            f"(probably blocked in a collective). The cluster has no process group until they return: "
                            f"call cl.reform() then, or cl.stop().")
     results = [dict(ar.get() if ar.successful() else _run_failed(ar, r), stdout=ar['stdout'], stderr=ar['stderr'])

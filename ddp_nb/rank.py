@@ -6,7 +6,7 @@
 from __future__ import annotations
 import errno, faulthandler, logging, os, signal, socket, sys
 from datetime import timedelta
-from .core import Rank, iface_of, rank_device, stack_file
+from .core import Rank, iface_of, name_ranks, rank_device, stack_file
 from .processes import private_file, rank_dir
 from .host import host_identity, local_ipv4, route_source
 from .compat_ipp import engine_registration_url, plain_tracebacks
@@ -182,7 +182,7 @@ def init_group(master_addr:str, # address of rank 0's store
     except Exception as e:
         missing = sorted(set(range(ri.world_size)) - set(_joined(store, ri.world_size)))
         raise RuntimeError(f"rank {ri.rank}: the process group did not form within {timeout:g}s; "
-                           f"rank(s) {missing} did not join. Check that those engines are alive (cl.ranks) and "
+                           f"{name_ranks(missing)} did not join. Check that those engines are alive (cl.ranks) and "
                            f"reachable, then call cl.start() again, or raise timeout=.") from e
     check_group()
 

@@ -6,7 +6,7 @@
 from __future__ import annotations
 import copy, os, re, signal, time
 from dataclasses import replace
-from .core import Rank, RankState, parse_ranks
+from .core import Rank, RankState, name_ranks, parse_ranks
 from .host import host_identity, pid_alive
 from .compat_ipp import engine_uuids, pending_tasks, task_futures
 
@@ -68,11 +68,11 @@ def gather(ars:dict, # rank -> AsyncResult
         msg = getattr(err, 'evalue', None) or str(err)
         try: detail = f"--- traceback of rank {r}:\n" + clean_traceback('\n'.join(err.render_traceback())).strip('\n')
         except Exception: detail = ''  # not a rank's error (ipyparallel's RemoteError): the message says it
-        raise CallFailed(f"{what} failed on rank(s) {sorted(failed)}"
-                         + (f"; rank(s) {silent} did not answer" if silent else '') +
+        raise CallFailed(f"{what} failed on {name_ranks(failed)}"
+                         + (f"; {name_ranks(silent)} did not answer" if silent else '') +
                          f". Rank {r}: {getattr(err, 'ename', type(err).__name__)}: {msg}", detail) from None
     if silent:
-        raise RuntimeError(f"{what}: rank(s) {silent} did not answer within {timeout:g}s; they may be hung or dead.")
+        raise RuntimeError(f"{what}: {name_ranks(silent)} did not answer within {timeout:g}s: hung or dead? cl.where() shows their stacks.")
     return {r: ar.get() for r, ar in ars.items()}
 
 # %% ../nbs/02_ranks.ipynb #5684d46f

@@ -8,7 +8,7 @@ import keyword, linecache, os, re, signal, sys, threading, time
 from pathlib import Path
 import psutil
 from fastcore.basics import patch
-from .core import RankState, name_ranks, rank_ranges, stack_file
+from .core import RankState, agree, name_ranks, rank_ranges, stack_file
 from .processes import rank_dir
 from .compat_ipp import supervised_result, supervised_view, task_name
 from .collectives import desync_report, read_records
@@ -224,15 +224,6 @@ def _ranks_text(rs:RankSet, ranks:list, n:int) -> str:
     "The ranks named one by one (host, pid) in a cluster of `n` up to `FEW` ranks, else as ranges with a count"
     if n <= FEW: return ', '.join(rs.plan[r].describe() for r in ranks)
     return name_ranks(ranks, count=True)
-
-def _ids(ranks, n:int) -> str:
-    "'[0, 1]' in a cluster of `n` up to `FEW` ranks (as always), else '0, 2–63'"
-    return str(sorted(ranks)) if n <= FEW else rank_ranges(ranks)
-
-def _rank_list(ranks, n:int) -> str:
-    "'ranks [0, 1]' in a cluster of `n` up to `FEW` ranks (as always), else 'rank 1', 'ranks 0, 2–63' or 'no ranks'"
-    if n <= FEW: return f"ranks {sorted(ranks)}"
-    return name_ranks(ranks)
 
 def _cap(s:str) -> str:
     "`s` with its first letter upper case (and the rest as it is)"
@@ -553,8 +544,8 @@ def hang_report(self:Supervisor, running:list, waited:float, finished:list=()):
                           **{r: (RankState.OK, None) for r in finished}})
     if desync: print(desync[:1].upper() + desync[1:], file=sys.stderr)
     if finished:
-        print(f"{_cap(_rank_list(finished, n))} already FINISHED the cell while {_rank_list(running, n)} wait: a "
-              f"collective that {_rank_list(finished, n)} skipped (one inside `if rank == ...:`)? Every rank "
+        print(f"{_cap(name_ranks(finished))} already FINISHED the cell while {name_ranks(running)} "
+              f"{agree(running, 'waits', 'wait')}: a collective that {name_ranks(finished)} skipped (one inside `if rank == ...:`)? Every rank "
               f"must issue the same collectives.", file=sys.stderr)
     show_stacks(self.rs, stacks, file=sys.stderr)
     print("Ways out: the stop button or cl.interrupt() (ranks stuck in a collective are ended), cl.restart() to "
@@ -602,13 +593,13 @@ def failure(self:Supervisor, states:dict, first:list, ended:list, cell:str='the 
     if origin in why:
         head, detail = f"{rs.plan[origin].describe()} {why[origin]}: its state is lost.", ''
     elif state == RankState.LOST:
-        head = (f"Host {host} (ranks {_ids(on_host, n)}) stopped answering while running the cell" if whole else
+        head = (f"Host {host} ({name_ranks(on_host)}) stopped answering while running the cell" if whole else
                 f"{rs.plan[origin].describe()} stopped answering while running the cell") + \
                (": its engines and their nannies are gone, stopped, or cut off from this notebook (host down, network, "
                 "out of memory?).")
         detail = ''
     elif state == RankState.DEAD:
-        head = ((f"Host {host}: every rank there ({_ids(on_host, n)}) ended while running the cell; "
+        head = ((f"Host {host}: every rank there ({name_ranks(on_host)}) ended while running the cell; "
                  f"{rs.plan[origin].describe()} " if whole else f"{rs.plan[origin].describe()} ")
                 + f"{self.death(origin, rs.plan[origin].pid)} while running the cell.")
         detail = ''
@@ -637,11 +628,11 @@ def failure(self:Supervisor, states:dict, first:list, ended:list, cell:str='the 
     replaced = [r for r in lost if r < len(now) and now[r].pid != rs.plan[r].pid]
     left = [r for r in lost if r not in replaced]
     if replaced:
-        lines.append(f"cl.restart() has replaced {_rank_list(replaced, n)} since: re-run your setup cells, "
+        lines.append(f"cl.restart() has replaced {name_ranks(replaced)} since: re-run your setup cells, "
                      f"which the new ranks have not run.")
     if left:
-        lines.append((f"{_cap(_rank_list(kept, n))} kept their state. " if kept else '')
-                     + f"cl.restart() replaces {_rank_list(left, n)} (their state is lost) "
+        lines.append((f"{_cap(name_ranks(kept))} kept {agree(kept, 'its', 'their')} state. " if kept else '')
+                     + f"cl.restart() replaces {name_ranks(left)} ({agree(left, 'its', 'their')} state is lost) "
                      "and forms a new process group; then re-run your setup cells, which the new ranks have not run.")
     elif not lost and any(states[r][0] == RankState.ERROR for r in states) and len(first) < len(states):
         counts = issued_counts(rs, sorted(states))  # a plain error on one rank leaves the group in step: no advice then
@@ -825,7 +816,7 @@ def idle_failure(self:Supervisor, dead:list, # ranks whose engine died between c
     kept = [r for r in range(n) if r not in dead]
     lines = [f"{rs.plan[r].describe()} {self._idle_death(r)} while idle, between cells." for r in dead]
     lines.append(f"cl.restart() replaces {'it' if one else 'them'} ({'its' if one else 'their'} state is lost"
-                 + (f"; {_rank_list(kept, n)} keep theirs" if kept else '')
+                 + (f"; {name_ranks(kept)} {agree(kept, 'keeps its', 'keep theirs')}" if kept else '')
                  + ") and forms a new process group; then re-run your setup cells. This cell was not sent.")
     return RankFailure('\n'.join(lines))
 

@@ -79,7 +79,7 @@ def test_dead_rank_named_with_how_it_died(k):
     MEASURED['rank killed with SIGKILL: error shown (s)'] = round(took, 2)
     assert took < 5 and err and err.startswith('RankFailure'), out
     assert "rank 0 (host" in out and f"pid {pid0}" in out and "killed by SIGKILL" in out, out
-    assert 'Ranks [1] kept their state' in out, out
+    assert 'Rank 1 kept its state' in out, out
     MEASURED['restart after a death (s)'] = round(restart_and_check(k), 2)
 
 
@@ -102,7 +102,7 @@ def test_stopped_rank_watchdog_then_interrupt(k):
     MEASURED['interrupt with a stopped rank: every rank stopped (s)'] = stopped_in
     MEASURED['... then the stopped rank replaced, cell done (s)'] = round(took, 2)
     assert stopped_in < 2, out
-    assert 'ranks [1] were stopped' in out and 'ranks [0] kept theirs' in out and 'Restarted' in out, out
+    assert 'rank 1 was stopped' in out and 'rank 0 kept its' in out and 'Restarted' in out, out
     assert k.value("cl.check()")
     k.run("cl.hang_after = 'auto'")
     restart_and_check(k)
@@ -203,7 +203,7 @@ def test_a_rank_that_exits_on_interrupt_is_replaced(k):
                               "while True: time.sleep(0.01)", interrupt_after=1.5)
     assert err is None and k.reply['status'] == 'error' and 'Interrupted: every rank stopped in' in out, out
     assert re.search(r'the engine of rank 1 (exited with status 3|died \(exit status unknown\))', out), out  # the launcher polls each 1 s
-    assert 'Restarted' in out and 'ranks [0] kept' in out, out
+    assert 'Restarted' in out and 'rank 0 kept' in out, out
     assert k.value("cl.check()") and k.value("len(cluster_procs(cl.cluster_id)) == n_procs")
     MEASURED['interrupt where a rank exits instead: replaced, cell back in (s)'] = round(took, 2)
 
@@ -235,7 +235,7 @@ def test_noblock_one_rank_raises_others_released_within_5s(k, how):
     MEASURED[f'{how}: one rank raises, others wait in a collective: notice shown (s)'] = took and round(took, 2)
     assert took is not None and took < 5, out
     assert 'rank 1 (host' in out and 'rank one broke' in out and 'rank 0: was still running' in out, out
-    assert 'cl.restart() replaces ranks [0]' in out, out
+    assert 'cl.restart() replaces rank 0' in out, out
     restart_and_check(k)
 
 
@@ -301,7 +301,7 @@ def test_noblock_result_raises_the_blocking_cells_error(k):
         took, out, err, _ = k.run(read, timeout=30)
         assert took < 10 and err and err.startswith('RankFailure'), (read, out)
         assert out.index('rank 1 (host') < out.index('rank 0: was still running'), out
-        assert "ValueError: rank one broke" in out and 'was ended: its state is lost' in out and 'cl.restart() replaces ranks [0]' in out, out
+        assert "ValueError: rank one broke" in out and 'was ended: its state is lost' in out and 'cl.restart() replaces rank 0' in out, out
         assert not ENGINE_IDS.search(out), out
     restart_and_check(k)
 
@@ -313,14 +313,14 @@ def test_noblock_result_of_an_interrupted_stopped_rank(k):
         took, out = wait_for_notice(k, t_stop, says='[ddp_nb watchdog]', limit=8)
         assert took is not None, out
         _, out, err, _ = k.run("cl.interrupt()")
-        assert err is None and 'ranks [1] were stopped (SIGSTOP' in out, out
+        assert err is None and 'rank 1 was stopped (SIGSTOP' in out, out
     finally:
         if os.path.exists(f'/proc/{pid1}'): os.kill(pid1, signal.SIGCONT)
     for read in ("ar.get()", "%pxresult"):
         took, out, err, _ = k.run(read, timeout=30)
         assert took < 5 and err is None and k.reply['status'] == 'error' and k.reply['ename'] == 'Interrupted', (read, out)
         assert out.startswith('Interrupted: ') and len(out.strip().splitlines()) == 1 and 'Traceback' not in out, (read, out)  # the one line
-        assert 'ranks [1] were stopped (SIGSTOP' in out and 'cl.interrupt() replaced ranks' in out, out
+        assert 'rank 1 was stopped (SIGSTOP' in out and 'cl.interrupt() replaced rank 1' in out, out
         assert not ENGINE_IDS.search(out), out
     _, out, err, _ = k.run("%%px\nt = torch.ones(1); dist.all_reduce(t)")  # the replaced ranks work (once they readied their records)
     assert err is None and k.value("cl.check()") and k.value("len(cluster_procs(cl.cluster_id)) == n_procs"), out
@@ -396,7 +396,7 @@ def test_watchdog_names_a_rank_that_finished_a_skipped_collective(k):
     seen = [t for t, text in msgs if '[ddp_nb watchdog]' in text]
     MEASURED['skipped collective (rank 1 finished, rank 0 waits): watchdog report (s), default hang_after'] = seen and round(seen[0], 2)
     assert seen and seen[0] < 20, out
-    assert 'Ranks [1] already FINISHED the cell' in out and 'skipped' in out, out
+    assert 'Rank 1 already FINISHED the cell' in out and 'skipped' in out, out
     assert err is None and k.reply['status'] == 'error', out  # the stop button: said, no traceback; the cell still failed
     restart_and_check(k)
 
