@@ -143,17 +143,13 @@ def ipp_cluster(n:int, # engines to start
     cfg = kw['config'] = watch_owner(Config(kw.get('config') or {}), engines == 'local', persistent)
     cfg.LocalEngineLauncher.poll_seconds = 1  # how an engine died reaches us within a second (see `watch_exits`)
     if engines != 'local': remote_config(cfg, engines, hosts, per_host, env or {})
-    # first: it imports torch while this process imports ipyparallel and starts the controller
-    if fork: start_fork_server(cluster_id, {**os.environ, **cfg.LocalEngineSetLauncher.get('environment', {})},
-                               timeout=start_timeout)
-    try:
-        import ipyparallel as ipp
-        c = ipp.Cluster(n=n, cluster_id=cluster_id, engines=launchers()['ForkEngineSetLauncher'] if fork else engines,
-                        controller_args=args, engine_timeout=int(start_timeout), **kw)
-    except BaseException:
-        stop_fork_server(cluster_id)
-        raise
+    import ipyparallel as ipp
+    c = ipp.Cluster(n=n, cluster_id=cluster_id, engines=launchers()['ForkEngineSetLauncher'] if fork else engines,
+                    controller_args=args, engine_timeout=int(start_timeout), **kw)
     c.log.addFilter(_AlreadyRemoved())
+    # now: it imports torch while the controller starts; its environment is what the engines' launchers give them
+    if fork: start_fork_server(cluster_id, {**os.environ, 'IPP_PROFILE_DIR': c.profile_dir,
+                                            **cfg.LocalEngineSetLauncher.get('environment', {})}, timeout=start_timeout)
     return c
 
 # %% ../nbs/02a_engines.ipynb #863ff196
@@ -243,9 +239,9 @@ def stop_ipp(cluster, # the ipyparallel Cluster (None: only what `rc` can reach)
     import os
     t = threading.Thread(target=_polite_stop, args=(cluster, rc), daemon=True, name='ddp_nb-stop')
     t.start(); t.join(patience)  # a stopped or GIL-stuck engine never answers shutdown: don't wait for it forever
-    stop_fork_server(cluster_id)  # (it ends the engines it forked that are left)
-    # mostly the nannies, which take ~1.5 s to honour SIGTERM
+    # mostly the nannies, which take ~1.5 s to honour SIGTERM (and the fork server, and engines it forked)
     if cluster_id: kill_procs(cluster_procs(cluster_id), grace=0.5)
+    stop_fork_server(cluster_id)  # (its reader thread, its channel)
     # in a Jupyter kernel: the thread and loop ipyparallel's *_sync calls ran in (1 thread, 3 fds a cluster)
     stop_sync_thread(cluster)
     # (the controller never removes the second)
