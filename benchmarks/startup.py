@@ -53,6 +53,8 @@ def replace_rank(cl, ip):
     "Seconds from `kill -9` of the last rank's engine to a replaced rank serving a cell again (`cl.restart()`, one all-reduce)"
     import contextlib, io, signal
     os.kill(cl._ranks.plan[-1]['pid'], signal.SIGKILL)
+    deadline = time.monotonic() + 30  # as a user restarts: once the rank is seen dead
+    while not cl._ranks.gone() and time.monotonic() < deadline: time.sleep(0.01)
     t0 = time.perf_counter()
     with contextlib.redirect_stdout(io.StringIO()): cl.restart()
     ip.run_cell_magic('px', '', 't = torch.ones(1); dist.all_reduce(t)')
