@@ -42,11 +42,23 @@ def bare_px(rc):
     return v
 
 
-def ddp_start(n):
+def ddp_start(n, fork_server=None):
     "DDPCluster(n).start(); returns (seconds, cluster); the cluster's `start_phases` say where the time went"
     t0 = time.perf_counter()
-    cl = DDPCluster(n=n).start()
+    cl = DDPCluster(n=n, fork_server=fork_server).start()
     return time.perf_counter() - t0, cl
+
+
+def replace_rank(cl, ip):
+    "Seconds from `kill -9` of the last rank's engine to a replaced rank serving a cell again (`cl.restart()`, one all-reduce)"
+    import contextlib, io, signal
+    os.kill(cl._ranks.plan[-1]['pid'], signal.SIGKILL)
+    deadline = time.monotonic() + 30  # as a user restarts: once the rank is seen dead
+    while not cl._ranks.gone() and time.monotonic() < deadline: time.sleep(0.01)
+    t0 = time.perf_counter()
+    with contextlib.redirect_stdout(io.StringIO()): cl.restart()
+    ip.run_cell_magic('px', '', 't = torch.ones(1); dist.all_reduce(t)')
+    return time.perf_counter() - t0
 
 
 def phase_table(traces: list) -> str:
@@ -77,14 +89,17 @@ def torchrun_trivial(n):
 def run(rounds=5, n=2, cells=30):
     "The start-up section (and the in-process warm cell), as markdown"
     ip = InteractiveShell.instance()
-    S = {k: [] for k in ('ddp', 'bare', 'torchrun', 'ddp_cell', 'bare_cell', 'phases')}
-    sides = ['ddp', 'bare', 'torchrun']
+    S = {k: [] for k in ('ddp', 'popen', 'bare', 'torchrun', 'ddp_cell', 'bare_cell', 'phases', 'popen_phases',
+                         'replace', 'popen_replace')}
+    sides = ['ddp', 'popen', 'bare', 'torchrun']
     for r in range(rounds):
-        for side in sides[r % 3:] + sides[:r % 3]:
-            if side == 'ddp':
-                t, cl = ddp_start(n)
-                S['phases'].append(cl.start_phases.items)
-                S['ddp_cell'] += cell_times(lambda: ip.run_cell_magic('px', '', 't = torch.ones(1); dist.all_reduce(t)'), cells)
+        for side in sides[r % 4:] + sides[:r % 4]:
+            if side in ('ddp', 'popen'):  # local engines forked from the fork server, or each a new Python (Popen)
+                t, cl = ddp_start(n, fork_server=side == 'ddp')
+                S['phases' if side == 'ddp' else 'popen_phases'].append(cl.start_phases.items)
+                if side == 'ddp':
+                    S['ddp_cell'] += cell_times(lambda: ip.run_cell_magic('px', '', 't = torch.ones(1); dist.all_reduce(t)'), cells)
+                S['replace' if side == 'ddp' else 'popen_replace'].append(replace_rank(cl, ip))
                 cl.stop()
             elif side == 'bare':
                 t, c, rc = bare_start(n)
@@ -94,8 +109,10 @@ def run(rounds=5, n=2, cells=30):
             else: t = torchrun_trivial(n)
             S[side].append(t)
             print(f"round {r+1}/{rounds} {side}: ready in {t:.2f}s", flush=True)
-    m = {k: med(v) for k, v in S.items() if k != 'phases'}
+    m = {k: med(v) for k, v in S.items() if 'phases' not in k}
     rows = [['`DDPCluster(n=2).start()`', f"{m['ddp']:.2f} s", '1.00', ''],
+            ['the same, `fork_server=False` (each engine a new Python, as before)', f"{m['popen']:.2f} s",
+             f"{m['ddp'] / m['popen']:.2f}", 'ddp_nb ≤ 1.0' + (' ✓' if m['ddp'] <= m['popen'] else ' (missed)')],
             ['bare `ipp.Cluster(n=2)` (same controller settings) + hand-written `init_process_group`', f"{m['bare']:.2f} s",
              f"{m['ddp'] / m['bare']:.2f}", 'ddp_nb ≤ 1.0' + (' ✓' if m['ddp'] <= m['bare'] else ' (missed)')],
             ['trivial `torchrun --standalone` job (launch, group, all_reduce, exit)', f"{m['torchrun']:.2f} s",
@@ -108,6 +125,12 @@ def run(rounds=5, n=2, cells=30):
             + "\n\nWhere `DDPCluster(n=2).start()` spends its time (`cl.start_phases`, medians): the engines' own start (Python, "
               "ipyparallel: *registration*) and their torch import (*engine facts* waits for it) are most of it.\n\n"
             + phase_table(S['phases'])
+            + "\n\nThe same with `fork_server=False` (each engine a new Python, its torch imported in the background):\n\n"
+            + phase_table(S['popen_phases'])
+            + "\n\nA replaced rank: `kill -9` of one engine, then `cl.restart()` and a cell with one all-reduce (medians):\n\n"
+            + table(['side', 'median', 'goal'], [['fork server (default)', f"{m['replace']:.2f} s", '≤ 0.5 s'
+                                                  + (' ✓' if m['replace'] <= 0.5 else ' (missed)')],
+                                                 ['`fork_server=False`', f"{m['popen_replace']:.2f} s", '']])
             + f"\n\nThe same clusters' warm all-reduce `%%px` cell, run in-process by IPython ({cells} cells a round):\n\n"
             + table(['side', 'median', 'ratio', 'goal'], cell))
 

@@ -16,7 +16,8 @@ __all__ = ['log', 'tested_versions', 'min_versions', 'OUTPUT_MSGS', 'CompatError
            'has_task_futures', 'task_output', 'task_name', 'supervised_view', 'record_outputs', 'task_events',
            'engine_launchers', 'launcher_process', 'stop_sync_thread', 'engine_state_file', 'forget_magics',
            'engine_registration_url', 'on_uncaught_error', 'plain_tracebacks', 'session_key', 'bind_engine_kernel',
-           'supervised_result', 'controller_process', 'hub_answers', 'abandon_client', 'engine_exits']
+           'supervised_result', 'controller_process', 'hub_answers', 'abandon_client', 'engine_exits',
+           'replace_nanny_start']
 
 # %% ../nbs/00b_compat_ipp.ipynb #72e936ea
 tested_versions = dict(ipyparallel='9.2', IPython='9.18')  # major.minor the tests of this module ran against
@@ -338,6 +339,20 @@ def engine_exits(cluster, # an ipyparallel Cluster, or None
         for d in ((getattr(es, 'stop_data', None) or {}).get('engines') or {}).values():
             if isinstance(d, dict) and isinstance(d.get('exit_code'), int): out[d.get('pid')] = int(d['exit_code'])
     return out
+
+# %% ../nbs/00b_compat_ipp.ipynb #da2c2e61
+def replace_nanny_start(fn, # called as ipyparallel's `start_nanny(**kwargs)`: returns (nanny url, a handle the engine keeps)
+                       ):
+    "Make this engine start its nanny with `fn`, by replacing `ipyparallel.engine.app.start_nanny` (tested with ipyparallel 9.2, whose `IPEngine.start_nanny` calls it by that name); in a forked engine only"
+    import ipyparallel.engine.app as app
+    if not callable(getattr(app, 'start_nanny', None)) or 'return start_nanny(' not in _source(app.IPEngine.start_nanny):
+        raise missing('ipyparallel.engine.app.start_nanny (called by IPEngine.start_nanny)')
+    app.start_nanny = fn
+
+def _source(f) -> str:
+    import inspect
+    try: return inspect.getsource(f)
+    except (OSError, TypeError): return ''
 
 # %% ../nbs/00b_compat_ipp.ipynb #6f2e90b5
 check_versions()

@@ -4,11 +4,12 @@
 
 # %% ../nbs/02a_engines.ipynb #b4962463
 from __future__ import annotations
-import logging, signal, sys, threading, time
+import logging, os, signal, sys, threading, time
 import psutil
 from .core import engine_count, engines_per_host, mpi_host_args, pick_backend, slurm_script
 from .host import local_cpus, local_gpus, local_ipv4, probe_host, route_source, _ssh_target
 from .processes import ENGINE_CMD, cluster_procs, kill_procs, watch_owner
+from .forkserver import ForkedProcess, launchers, start_fork_server, stop_fork_server, use_fork_server
 from .compat_ipp import (controller_process, engine_exits, engine_launchers, engine_state_file, hub_answers,
                                launcher_process, noninteractive, stop_sync_thread)
 
@@ -125,12 +126,14 @@ def ipp_cluster(n:int, # engines to start
                 heartbeat_ms:int=200, # controller heartbeat period: engines register after one beat
                 start_timeout:float=120, # seconds for the engines to register
                 persistent:bool=False, # keep running after this process ends
+                fork_server:bool|None=None, # local engines forked from a warm fork server; None: unless DDP_NB_FORK_SERVER=0
                 **ipp_kwargs, # passed on to `ipyparallel.Cluster`
                ):
     "An ipyparallel Cluster, quiet, quick to register engines, and ended with its owner"
-    import ipyparallel as ipp
     from traitlets.config import Config
     kw = dict(ipp_kwargs)
+    # (a persistent cluster's engines outlive this process: they start as their own processes)
+    fork = engines == 'local' and not persistent and use_fork_server(fork_server)
     args = ([f'--HeartMonitor.period={heartbeat_ms}', '--HeartMonitor.max_heartmonitor_misses=50']
             + list(kw.pop('controller_args', [])))
     kw.setdefault('log_level', logging.ERROR)
@@ -140,9 +143,13 @@ def ipp_cluster(n:int, # engines to start
     cfg = kw['config'] = watch_owner(Config(kw.get('config') or {}), engines == 'local', persistent)
     cfg.LocalEngineLauncher.poll_seconds = 1  # how an engine died reaches us within a second (see `watch_exits`)
     if engines != 'local': remote_config(cfg, engines, hosts, per_host, env or {})
-    c = ipp.Cluster(n=n, cluster_id=cluster_id, engines=engines, controller_args=args,
-                    engine_timeout=int(start_timeout), **kw)
+    import ipyparallel as ipp
+    c = ipp.Cluster(n=n, cluster_id=cluster_id, engines=launchers()['ForkEngineSetLauncher'] if fork else engines,
+                    controller_args=args, engine_timeout=int(start_timeout), **kw)
     c.log.addFilter(_AlreadyRemoved())
+    # now: it imports torch while the controller starts; its environment is what the engines' launchers give them
+    if fork: start_fork_server(cluster_id, {**os.environ, 'IPP_PROFILE_DIR': c.profile_dir,
+                                            **cfg.LocalEngineSetLauncher.get('environment', {})}, timeout=start_timeout)
     return c
 
 # %% ../nbs/02a_engines.ipynb #863ff196
@@ -232,8 +239,9 @@ def stop_ipp(cluster, # the ipyparallel Cluster (None: only what `rc` can reach)
     import os
     t = threading.Thread(target=_polite_stop, args=(cluster, rc), daemon=True, name='ddp_nb-stop')
     t.start(); t.join(patience)  # a stopped or GIL-stuck engine never answers shutdown: don't wait for it forever
-    # mostly the nannies, which take ~1.5 s to honour SIGTERM
+    # mostly the nannies, which take ~1.5 s to honour SIGTERM (and the fork server, and engines it forked)
     if cluster_id: kill_procs(cluster_procs(cluster_id), grace=0.5)
+    stop_fork_server(cluster_id)  # (its reader thread, its channel)
     # in a Jupyter kernel: the thread and loop ipyparallel's *_sync calls ran in (1 thread, 3 fds a cluster)
     stop_sync_thread(cluster)
     # (the controller never removes the second)
@@ -273,8 +281,8 @@ def watch_exits(cluster, # an ipyparallel Cluster whose engines run
     for l in engine_launchers(cluster):
         proc = launcher_process(l)
         if isinstance(proc, psutil.Process):
-            # the very object its launcher's thread waits on
-            if not isinstance(proc, _RecordingProcess): proc.__class__ = _RecordingProcess
+            # the very object its launcher's thread waits on (a forked engine's: its fork server records the status)
+            if not isinstance(proc, (_RecordingProcess, ForkedProcess)): proc.__class__ = _RecordingProcess
             _watched[proc.pid] = proc
 
 def exit_code(cluster, # the ipyparallel Cluster that started the engine

@@ -14,7 +14,7 @@ from .host import pid_alive
 __all__ = ['OWNER_ENV', 'RANK_FILE', 'ENGINE_CMD', 'CONTROLLER_CMD', 'owner_token', 'owner_alive', 'wait_for_exit',
            'cluster_processes', 'cluster_members', 'cluster_procs', 'kill_procs', 'cluster_files', 'end_cluster',
            'rank_dir', 'private_file', 'write_private', 'rank_files', 'remove_rank_files', 'stale_files',
-           'sweep_stale_files', 'start_owner_watch', 'engine_main', 'controller_main', 'watch_owner']
+           'sweep_stale_files', 'start_owner_watch', 'recorder_env', 'engine_main', 'controller_main', 'watch_owner']
 
 # %% ../nbs/00d_processes.ipynb #21438bbf
 OWNER_ENV = 'DDP_NB_OWNER'  # 'pid:start time' of the process whose exit ends the cluster; '' for a persistent cluster
@@ -247,14 +247,18 @@ def _warm_import():
     try: import torch, torch.distributed  # (the seconds of an engine's first task; ddp_nb's own rank side is light)
     except BaseException as e: print(f"ddp_nb: background import of torch failed: {e!r}", file=sys.stderr)
 
-def engine_main():
-    "Run an ipyparallel engine that dies with its owner, importing torch in a background thread meanwhile"
-    from ipyparallel.engine.app import main as ipp_engine_main
-    start_owner_watch()
+def recorder_env():
+    "Size the flight recorder's ring before torch makes it (an engine, a fork server): 256 unless set"
     # the flight recorder's ring (ddp_nb.collectives): 256 writes in ~10 ms, 2000 in ~0.7 s
     os.environ.setdefault('TORCH_FR_BUFFER_SIZE', '256')
     # NCCL's recorder, in torch versions that read the older name
     os.environ.setdefault('TORCH_NCCL_TRACE_BUFFER_SIZE', os.environ['TORCH_FR_BUFFER_SIZE'])
+
+def engine_main():
+    "Run an ipyparallel engine that dies with its owner, importing torch in a background thread meanwhile"
+    from ipyparallel.engine.app import main as ipp_engine_main
+    start_owner_watch()
+    recorder_env()
     threading.Thread(target=_warm_import, daemon=True, name='ddp_nb-warm-import').start()
     ipp_engine_main()
 

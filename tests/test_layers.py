@@ -15,6 +15,7 @@ LAYERS = {
     'train': ('rank', 7),  # fit; it re-exports the five parts below it
     'history': ('kernel', 5), 'plot': ('kernel', 5), 'collector': ('kernel', 6),  # the dashboard's parts (it re-exports them)
     'ranks': ('kernel', 8), 'engines': ('kernel', 8), 'outputs': ('kernel', 8), 'dashboard': ('kernel', 8), 'export': ('kernel', 8), 'group': ('kernel', 9), 'supervise': ('kernel', 9),
+    'forkserver': ('kernel', 7),  # the kernel starts it; it runs engine_main in the engines it forks
     'magics': ('kernel', 10), 'launch': ('kernel', 10), 'cluster': ('kernel', 11), 'cli': ('kernel', 12),
     'kernel': ('kernel', 12),  # a Jupyter kernel driven from outside, for tests and benchmarks of notebooks: nothing imports it
 }

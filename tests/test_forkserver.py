@@ -1,0 +1,151 @@
+"""The fork server (ddp_nb.forkserver) with real engines: engines are its children, their exit statuses reach the kernel,
+a forged request is refused, a killed server falls back to starting engines as before, random state is not shared, and
+start/stop leaves no process, thread or file descriptor behind."""
+import json, os, signal, threading, time
+import psutil, pytest
+from conftest import ours
+from ddp_nb import DDPCluster
+from ddp_nb.forkserver import MAX_MSG, ForkServerError, encode, fork_server
+from ddp_nb.processes import cluster_procs
+
+
+def wait_until(cond, limit=30., what='condition'):
+    "Poll `cond` until true; fail after `limit` s"
+    deadline = time.monotonic() + limit
+    while not cond():
+        assert time.monotonic() < deadline, f"{what}: not within {limit:g}s"
+        time.sleep(0.05)
+
+
+def parent(pid): return psutil.Process(pid).ppid()
+
+
+@pytest.fixture(scope='module')
+def cl():
+    assert ours() == [], "processes from an earlier test are still running"
+    c = DDPCluster(n=2).start()
+    yield c
+    cid = c.cluster_id
+    c.stop()
+    assert cluster_procs(cid) == [], "the cluster left processes behind"
+
+
+def forged(srv, raw: bytes, rid: int, limit: float = 10.) -> dict:
+    "Send `raw` on the server's channel as the kernel would and wait for the answer to request `rid`"
+    with srv._send_lock: srv.sock.sendall(raw)
+    deadline = time.monotonic() + limit
+    with srv._cv:
+        while rid not in srv._answers and time.monotonic() < deadline: srv._cv.wait(0.2)
+        return srv._answers.pop(rid, None)
+
+
+def test_engines_and_nannies_are_forked(cl):
+    srv = fork_server(cl.cluster_id)
+    assert srv is not None and srv.proc.poll() is None
+    pids = cl.run(os.getpid)
+    assert [parent(p) for p in pids] == [srv.proc.pid] * 2, "each engine is a child of the fork server"
+    for p in pids:  # a separate process each, with its own session and its engine's command line
+        assert os.getsid(p) == p
+        assert 'processes import engine_main' in ' '.join(psutil.Process(p).cmdline())
+        nannies = psutil.Process(p).children()
+        assert any('ipyparallel.engine.nanny' in ' '.join(n.cmdline()) for n in nannies), nannies
+
+
+def test_no_shared_random_state_and_seeding_unchanged(cl):
+    fresh = cl.run('import random, numpy, torch\n_r = (random.random(), float(numpy.random.rand()), torch.rand(1).item())')
+    draws = [cl.pull('_r', rank=r) for r in range(2)]
+    assert len({d[0] for d in draws}) == 2 and len({d[1] for d in draws}) == 2 and len({d[2] for d in draws}) == 2, draws
+    import random, numpy, torch
+    random.seed(5); torch.manual_seed(5); numpy.random.seed(5)
+    want = [random.random(), float(numpy.random.rand()), torch.rand(1).item()]
+    cl.run('from ddp_nb.seeding import seed_everything\nseed_everything(5)\n'
+           '_s = [random.random(), float(numpy.random.rand()), torch.rand(1).item()]')
+    assert [cl.pull('_s', rank=r) for r in range(2)] == [want, want]
+
+
+def test_threads_set_and_openmp_works_after_fork(cl):
+    cl.run("import os, torch\n_t = (os.environ.get('OMP_NUM_THREADS'), torch.get_num_threads())")
+    got = [cl.pull('_t', rank=r) for r in range(2)]
+    assert all(e == str(t) and t >= 1 for e, t in got), got
+    # a parallel region in a forked engine (OpenMP was loaded, never run, in the server): no hang
+    cl.run('_m = float(torch.ones(256, 256).matmul(torch.ones(256, 256)).sum())', block=True, timeout=60)
+    assert [cl.pull('_m', rank=r) for r in range(2)] == [256. ** 3] * 2
+
+
+def test_forged_messages_are_refused(cl, tmp_path):
+    srv = fork_server(cl.cluster_id)
+    marker = tmp_path / 'ran'
+    bad = dict(op='spawn', id=9001, argv=['/bin/sh', '-c', f'touch {marker}'], env={}, cwd=str(tmp_path),
+               output_file=str(tmp_path / 'o.log'))
+    got = forged(srv, encode(bad), 9001)
+    assert got and got['op'] == 'refused' and 'engine command' in got['why'], got
+    got = forged(srv, json.dumps({**bad, 'id': 9002, 'extra': 1}).encode(), 9002)
+    assert got and got['op'] == 'refused', got
+    assert forged(srv, b'\x80not json', -1)['op'] == 'refused'
+    assert forged(srv, b' ' * (MAX_MSG + 1), -1)['op'] == 'refused'  # too long
+    time.sleep(0.3)
+    assert not marker.exists() and srv.proc.poll() is None, "nothing ran, and the server still serves"
+    assert len(psutil.Process(srv.proc.pid).children()) == 2
+
+
+def test_exit_status_reported_and_restart_forks(cl):
+    srv = fork_server(cl.cluster_id)
+    pid = cl._ranks.plan[1]['pid']
+    os.kill(pid, signal.SIGKILL)
+    assert srv.wait_exit(pid, 30) == -signal.SIGKILL
+    assert cl._death(1, pid).startswith('killed by SIGKILL')
+    cl.restart()
+    new = cl.run(os.getpid, ranks=1)[0]
+    assert new != pid and parent(new) == srv.proc.pid
+    assert cl.run('t = torch.ones(1); dist.all_reduce(t)\n_v = t.item()') is None and cl.pull('_v') == 2.
+    # an engine that exits with a status of its own
+    cl.run('import os, threading; threading.Timer(0.2, os._exit, [3]).start()', ranks=1)
+    assert srv.wait_exit(new, 30) == 3
+    wait_until(lambda: cl._ranks.gone() == [1], what='rank 1 seen gone')
+    assert cl._death(1, new) == 'exited with status 3'
+    cl.restart()
+
+
+def test_killed_server_falls_back(cl, caplog):
+    srv = fork_server(cl.cluster_id)
+    old = cl.run(os.getpid)
+    srv.proc.kill()
+    wait_until(lambda: srv.gone.is_set(), what='the kernel noticing its fork server is gone')
+    with pytest.raises(ForkServerError, match='is gone'): srv.spawn(['x'], {}, '.', '/tmp/x')
+    assert all(psutil.pid_exists(p) for p in old), "the engines outlive their server (the cluster's stop ends them)"
+    os.kill(old[1], signal.SIGKILL)
+    wait_until(lambda: not psutil.pid_exists(old[1]), what='the killed engine gone')
+    assert cl._death(1, old[1]) == 'died (exit status unknown)'  # its status went with the server
+    with caplog.at_level('WARNING', logger='ddp_nb.forkserver'): cl.restart()
+    assert 'is gone' in caplog.text and 'starts without it' in caplog.text, caplog.text
+    new = cl.run(os.getpid, ranks=1)[0]
+    assert parent(new) == os.getpid(), "a replacement starts as before, a child of the kernel"
+    cl.run('t = torch.ones(1); dist.all_reduce(t)')
+
+
+def _threads_fds():
+    return ({t.name for t in threading.enumerate() if t.name.startswith('ddp_nb-fork-server')},
+            len(os.listdir('/proc/self/fd')))
+
+
+def test_start_stop_leaks_nothing():
+    DDPCluster(n=1).start().stop()  # (the first start opens what ipyparallel keeps for good)
+    before = _threads_fds()
+    for _ in range(2):
+        c = DDPCluster(n=1).start()
+        srv, cid = fork_server(c.cluster_id), c.cluster_id
+        assert srv is not None
+        c.stop()
+        assert srv.proc.poll() is not None and fork_server(cid) is None and cluster_procs(cid) == []
+    assert _threads_fds() == before
+
+
+def test_switch_off(monkeypatch):
+    c = DDPCluster(n=1, fork_server=False).start()
+    try:
+        assert fork_server(c.cluster_id) is None and parent(c.run(os.getpid)[0]) == os.getpid()
+    finally: c.stop()
+    monkeypatch.setenv('DDP_NB_FORK_SERVER', '0')
+    c = DDPCluster(n=1).start()
+    try: assert fork_server(c.cluster_id) is None
+    finally: c.stop()
