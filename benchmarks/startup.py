@@ -52,7 +52,7 @@ def ddp_start(n, fork_server=None):
 def replace_rank(cl, ip):
     "Seconds from `kill -9` of the last rank's engine to a replaced rank serving a cell again (`cl.restart()`, one all-reduce)"
     import contextlib, io, signal
-    os.kill(cl._ranks.plan[-1]['pid'], signal.SIGKILL)
+    os.kill(cl._ranks.plan[-1].pid, signal.SIGKILL)
     deadline = time.monotonic() + 30  # as a user restarts: once the rank is seen dead
     while not cl._ranks.gone() and time.monotonic() < deadline: time.sleep(0.01)
     t0 = time.perf_counter()

@@ -34,7 +34,8 @@ __all__ = ['DDPCluster', 'outside_message']
 # %% ../nbs/02g_cluster.ipynb #2172e0c4
 def _end_unstopped(ipp, cluster_id:str):
     "End a cluster nobody stopped (this process exits, or its DDPCluster is garbage-collected): its processes and files"
-    try: stop_ipp(ipp, cluster_id)
+    # (Jupyter sends SIGTERM 2.5 s after asking a kernel to shut down: the engines get 0.5 s to stop politely, not 5)
+    try: stop_ipp(ipp, cluster_id, patience=0.5)
     finally: remove_rank_files(cluster_id)
 
 # %% ../nbs/02g_cluster.ipynb #864714dd

@@ -90,7 +90,7 @@ def test_forged_messages_are_refused(cl, tmp_path):
 
 def test_exit_status_reported_and_restart_forks(cl):
     srv = fork_server(cl.cluster_id)
-    pid = cl._ranks.plan[1]['pid']
+    pid = cl._ranks.plan[1].pid
     os.kill(pid, signal.SIGKILL)
     assert srv.wait_exit(pid, 30) == -signal.SIGKILL
     assert cl._death(1, pid).startswith('killed by SIGKILL')
