@@ -17,7 +17,7 @@ __all__ = ['log', 'tested_versions', 'min_versions', 'OUTPUT_MSGS', 'CompatError
            'engine_launchers', 'launcher_process', 'stop_sync_thread', 'engine_state_file', 'forget_magics',
            'engine_registration_url', 'on_uncaught_error', 'plain_tracebacks', 'session_key', 'bind_engine_kernel',
            'supervised_result', 'controller_process', 'hub_answers', 'abandon_client', 'engine_exits',
-           'replace_nanny_start']
+           'replace_nanny_start', 'adopt_process']
 
 # %% ../nbs/00b_compat_ipp.ipynb #72e936ea
 tested_versions = dict(ipyparallel='9.2', IPython='9.18')  # major.minor the tests of this module ran against
@@ -353,6 +353,21 @@ def _source(f) -> str:
     import inspect
     try: return inspect.getsource(f)
     except (OSError, TypeError): return ''
+
+# %% ../nbs/00b_compat_ipp.ipynb #71f41600
+def adopt_process(launcher, # an ipyparallel local process launcher that has not started its process
+                  pid:int, # the process started for it elsewhere
+                  process, # a psutil.Process-like handle on it whose `wait()` gives its exit status
+                 ):
+    "Make `launcher` watch `process` as if it had started it (`.pid`, `.process`, `notify_start`, `_start_waiting`)"
+    # tested with ipyparallel 9.2: LocalProcessLauncher.start sets these, then waits for the exit in a thread
+    from ipyparallel.cluster.launcher import LocalProcessLauncher  # (whose start a subclass may have replaced)
+    waits = 'self._start_waiting()' in _source(LocalProcessLauncher.start)
+    if not (waits and callable(getattr(launcher, '_start_waiting', None))):
+        raise missing('LocalProcessLauncher._start_waiting (called by its start)')
+    launcher.pid, launcher.process = pid, process
+    launcher.notify_start(pid)
+    launcher._start_waiting()
 
 # %% ../nbs/00b_compat_ipp.ipynb #6f2e90b5
 check_versions()

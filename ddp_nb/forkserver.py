@@ -8,7 +8,7 @@ import json, logging, os, select, signal, socket, subprocess, sys, threading, ti
 import psutil
 from fastcore.basics import patch
 from .processes import ENGINE_CMD
-from .compat_ipp import replace_nanny_start
+from .compat_ipp import adopt_process, replace_nanny_start
 
 # what is swallowed goes here, at DEBUG: logging.getLogger('ddp_nb').setLevel('DEBUG') shows it
 log = logging.getLogger('ddp_nb.forkserver')
@@ -454,9 +454,7 @@ def launchers() -> dict:
                     log.warning(f"ddp_nb: {e}; this engine starts without it (slower).")
                     stop_fork_server(self.cluster_id)  # (a late fork dies with it)
                 else:
-                    self.pid, self.process = pid, ForkedProcess(pid, srv)
-                    self.notify_start(pid)
-                    self._start_waiting()
+                    adopt_process(self, pid, ForkedProcess(pid, srv))
                     return
             if why: log.debug(f"engine started without the fork server: {why}")
             return super().start()

@@ -18,8 +18,8 @@ from .ranks import RankSet, clean_traceback
 # %% auto #0
 __all__ = ['FEW', 'proc_status', 'where', 'stack_frames', 'group_stacks', 'group_header', 'grouped_stacks', 'call_at',
            'cell_file_name', 'rank_activity', 'hang_verdict', 'show_stacks', 'RankFailure', 'Interrupted',
-           'ClusterGone', 'cell_label', 'cell_place', 'Watch', 'Limits', 'Supervisor', 'hang_limit', 'desync_states',
-           'stopped_ranks', 'report_interval', 'stalled', 'issued_counts', 'rank_lines', 'stop_line',
+           'ClusterGone', 'cell_label', 'cell_place', 'wait_for', 'Watch', 'Limits', 'Supervisor', 'hang_limit',
+           'desync_states', 'stopped_ranks', 'report_interval', 'stalled', 'issued_counts', 'rank_lines', 'stop_line',
            'interrupted_line']
 
 # %% ../nbs/02c_supervise.ipynb #dd12faf1
@@ -287,6 +287,18 @@ def cell_place(err, # a RemoteError
     return place
 
 # %% ../nbs/02c_supervise.ipynb #e3effb9a
+def wait_for(ar, # an AsyncResult
+             seconds:float, # the longest to wait
+            ):
+    "`ar.wait(seconds)`, where a stop button pressed as the wait re-takes its lock still reads as KeyboardInterrupt"
+    try: ar.wait(seconds)
+    except RuntimeError as e:
+        # CPython's Condition.wait, interrupted while re-acquiring its lock, then fails to release it: the
+        # KeyboardInterrupt is what happened (the cell's interrupt handling expects it)
+        if isinstance(e.__context__, KeyboardInterrupt) and 'release unlocked lock' in str(e):
+            raise e.__context__ from None
+        raise
+
 class Watch:
     "What supervising one task (an AsyncResult, one child per rank) has seen: shared by a blocking wait and the background watcher"
     def __init__(self, ar, cell:str='the cell', blocking:bool=False,
@@ -368,7 +380,7 @@ class Supervisor:
         with w.lock:
             while not w.done and not self.step(w):
                 if tick is not None: tick()
-                ar.wait(0.05)
+                wait_for(ar, 0.05)
             w.done = True
         if w.gone: raise ClusterGone(w.gone)
         if w.first: raise w.failure or self._failure(w)
@@ -404,7 +416,7 @@ class Supervisor:
                     deadline = time.monotonic() + 10
                     while (any(rs.states(ar).get(r, (None,))[0] == RankState.RUNNING for r in stuck)
                            and time.monotonic() < deadline):
-                        ar.wait(0.05)
+                        wait_for(ar, 0.05)
         elif self.limits.hang_after is not None and not w.hung and self._hanging(w, running, states):
             w.hung = True
             self.hang_report(running, now - w.t0,
@@ -720,7 +732,7 @@ def result(self:Supervisor, ar, # a task sent through a supervised view
     if w.blocking:  # the background watcher supervises it: only the controller is looked at here
         while not ar.ready() and not self.outside():
             if deadline is not None and time.monotonic() >= deadline: return
-            ar.wait(0.1)
+            wait_for(ar, 0.1)
         if w.gone: raise ClusterGone(w.gone)
         return
     was, w.claimed = w.claimed, True  # a blocking wait now: the background watcher leaves it to us
@@ -729,7 +741,7 @@ def result(self:Supervisor, ar, # a task sent through a supervised view
             while not w.done and not w.interrupted:
                 if self.step(w): w.done = True; break
                 if deadline is not None and time.monotonic() >= deadline: return  # not ready: ipyparallel's get says so
-                ar.wait(0.05)
+                wait_for(ar, 0.05)
     finally:
         if not w.done: w.claimed = was
     if w.interrupted: raise Interrupted(*w.interrupted)
