@@ -16,13 +16,13 @@ from .report import MAX_BATCH, decode, report_key, unsign
 _log = logging.getLogger('ddp_nb')
 
 # %% auto #0
-__all__ = ['IDLE_GAP', 'MIN_RATE_SPAN', 'RankView', 'Snapshot', 'Collector', 'deviation', 'progress']
+__all__ = ['IDLE_GAP', 'MIN_RATE_SPAN', 'RankReport', 'Snapshot', 'Collector', 'deviation', 'progress']
 
 # %% ../nbs/02f1_collector.ipynb #5018196b
 IDLE_GAP = 2.0  # seconds without points, outside a cell, after which a rank's steps/s starts afresh
 
-class RankView:
-    "What the notebook knows of one rank: identity, liveness, progress, load and flagged values"
+class RankReport:
+    "What the reports of one rank told the notebook: identity, liveness, progress, load and flagged values"
     def __init__(self, rank):
         self.rank, self.pid, self.host, self.seen, self.busy, self.load, self.run = rank, None, None, 0., False, {}, 0
         self.step, self.latest, self.progress, self.start, self.error, self.stop_eta = None, {}, {}, None, None, None
@@ -37,15 +37,15 @@ class RankView:
         self.samples = [0., 0]
 
 # %% ../nbs/02f1_collector.ipynb #a2043215
-def _replacement(old:RankView, # the replaced engine's state
+def _replacement(old:RankReport, # the replaced engine's state
                  ranks:dict|None=None, # rank -> state, of every rank now
                  # seconds after the old engine's last message in which other ranks' points still came before
                  # the restart
                  slack:float=1.0,
-                ) -> RankView:
+                ) -> RankReport:
     ("The state of a new engine in `old`'s rank (cl.restart): none of the old numbers; the step its run had reached "
      "when the old engine ended decides its first point's run")
-    rs = RankView(old.rank)
+    rs = RankReport(old.rank)
     # the old engine ended about when it sent its last message (heartbeats: every batch interval)
     end = (old.last_t or old.seen) + slack
     reached = [s.step for s in [old, *(ranks or {}).values()]
@@ -56,10 +56,10 @@ def _replacement(old:RankView, # the replaced engine's state
     return rs
 
 # %% ../nbs/02f1_collector.ipynb #5ddaf088
-def _copy_state(s:RankView) -> RankView:
+def _copy_state(s:RankReport) -> RankReport:
     "A copy of a rank's state that the collector thread will not change"
     # copy.copy's reduce protocol costs twice as much: 1,024 ranks a frame
-    c = RankView.__new__(RankView); c.__dict__.update(s.__dict__)
+    c = RankReport.__new__(RankReport); c.__dict__.update(s.__dict__)
     c.rate, c.flags = s.rate.copy(), deque(s.flags)
     c.latest, c.progress, c.load = dict(s.latest), dict(s.progress), dict(s.load)
     return c
@@ -169,7 +169,7 @@ def _fold(self:Collector, msg:dict, now:float|None=None):
     "`_ingest` without the lock, of a decoded batch (`now`: the time it was received)"
     r, steps = msg['rank'], msg['steps']
     rs = self.ranks.get(r)
-    if rs is None: rs = self.ranks[r] = RankView(r)
+    if rs is None: rs = self.ranks[r] = RankReport(r)
     # cl.restart gave the rank a new engine
     if rs.pid is not None and msg['pid'] != rs.pid: rs = self.ranks[r] = _replacement(rs, self.ranks)
     rs.pid, rs.host, rs.seen, rs.busy = msg['pid'], msg['host'], now or time.time(), msg['busy']
@@ -200,7 +200,7 @@ def _fold(self:Collector, msg:dict, now:float|None=None):
 
 # %% ../nbs/02f1_collector.ipynb #945ca756
 @patch
-def _run_of_new_engine(self:Collector, rs:RankView, # a new engine's state (`_replacement`), before its first point
+def _run_of_new_engine(self:Collector, rs:RankReport, # a new engine's state (`_replacement`), before its first point
                        first:int, # the step of its first point
                       ) -> int:
     ("A new engine's run (cl.restart): the newer run the other ranks moved to since, else the next run if `first` "
@@ -213,7 +213,7 @@ def _run_of_new_engine(self:Collector, rs:RankView, # a new engine's state (`_re
 
 # %% ../nbs/02f1_collector.ipynb #b7c11549
 @patch
-def _fold_run(self:Collector, rs:RankView, msg:dict, a:int, b:int, new:bool):
+def _fold_run(self:Collector, rs:RankReport, msg:dict, a:int, b:int, new:bool):
     "Fold points `a`..`b`-1 of a decoded batch, all of one run (`new`: they start a new run), into `rs` and the history"
     if new:
         rs.run, rs.progress, rs.start, rs.latest, rs.active, rs.fresh = rs.run + 1, {}, None, {}, 0., False
@@ -373,7 +373,7 @@ def close(self:Collector):
 # seconds of points a rate is measured over at least: two reports 0.1 ms apart are no 10,000 steps/s
 MIN_RATE_SPAN = 0.5
 
-def progress(cur:list[RankView], # the current run's ranks (`Snapshot.current()`)
+def progress(cur:list[RankReport], # the current run's ranks (`Snapshot.current()`)
             ) -> dict:
     ("Step, total, epoch, steps/s, samples/s, ETA and elapsed of the current run; elapsed and rates count active time "
      "only")

@@ -15,16 +15,17 @@ from .collector import *
 from .plot import *
 
 _log = logging.getLogger('ddp_nb')
-_all_ = ['Tail', 'Series', 'Band', 'History', 'IDLE_GAP', 'RankView', 'Snapshot', 'Collector', 'deviation',
+_all_ = ['Tail', 'Series', 'Band', 'History', 'IDLE_GAP', 'RankReport', 'Snapshot', 'Collector', 'deviation',
          'MIN_RATE_SPAN', 'progress', 'mean_line', 'PLOT_MAX', 'auto_logy', 'plot_limits', 'limits_hold',
          # the parts' names, as before the split
          'is_breakdown', 'plot_data', 'band_data', 'Plot', 'mpl_color', 'plot_svg']
 
 # %% auto #0
 __all__ = ['STATUS_COLORS', 'DARK_COLORS', 'theme_css', 'rank_status', 'Dashboard', 'status_summary', 'head_line',
-           'warning_lines', 'compact_ranks', 'rank_table', 'Tail', 'Series', 'Band', 'History', 'IDLE_GAP', 'RankView',
-           'Snapshot', 'Collector', 'deviation', 'MIN_RATE_SPAN', 'progress', 'mean_line', 'PLOT_MAX', 'auto_logy',
-           'plot_limits', 'limits_hold', 'is_breakdown', 'plot_data', 'band_data', 'Plot', 'mpl_color', 'plot_svg']
+           'warning_lines', 'compact_ranks', 'rank_table', 'Tail', 'Series', 'Band', 'History', 'IDLE_GAP',
+           'RankReport', 'Snapshot', 'Collector', 'deviation', 'MIN_RATE_SPAN', 'progress', 'mean_line', 'PLOT_MAX',
+           'auto_logy', 'plot_limits', 'limits_hold', 'is_breakdown', 'plot_data', 'band_data', 'Plot', 'mpl_color',
+           'plot_svg']
 
 # %% ../nbs/02f3_dashboard.ipynb #80437b35
 def _fmt_time(s:float|None) -> str:
@@ -58,7 +59,7 @@ def theme_css() -> str:
             + ''.join(rule(f"[data-st='{st}']", f'color:{c} !important') for st, c in DARK_COLORS.items()) + '</style>')
 
 # %% ../nbs/02f3_dashboard.ipynb #0ea2092e
-def rank_status(s:RankView|None, # what the reports said, None if the rank never reported
+def rank_status(s:RankReport|None, # what the reports said, None if the rank never reported
                 task:str|None, # what the cluster knows: 'running', 'idle', 'error', 'dead' or None
                 now:float, # time.time()
                 local_host:str, # this host's identity (`core.host_identity`), to check pids of local ranks
