@@ -67,12 +67,14 @@ def check_versions(tested:dict=tested_versions, lowest:dict=min_versions,
 
 # %% ../nbs/00b_compat_ipp.ipynb #e0e428ef
 def engine_uuids(rc) -> dict: # engine id -> its uuid, for the engines registered now
-    "Registered engines, from `Client._engines` (tested with ipyparallel 9.2: a dict id -> uuid that drops an engine when it unregisters)"
+    "Registered engines, from `Client._engines`"
+    # (tested with ipyparallel 9.2: a dict id -> uuid that drops an engine when it unregisters)
     try: return rc._engines
     except AttributeError: raise missing('Client._engines') from None
 
 def pending_tasks(rc) -> dict: # engine uuid -> set of msg ids not yet answered
-    "Tasks sent and not yet answered, per engine, from `Client._outstanding_dict` (tested with ipyparallel 9.2: defaultdict(set) by uuid)"
+    "Tasks sent and not yet answered, per engine, from `Client._outstanding_dict`"
+    # (tested with ipyparallel 9.2: defaultdict(set) by uuid)
     try: return rc._outstanding_dict
     except AttributeError: raise missing('Client._outstanding_dict') from None
 
@@ -82,7 +84,8 @@ def controller_url(rc) -> str|None: # e.g. 'tcp://127.0.0.1'
     except (AttributeError, KeyError, TypeError): return None  # only shown in cl.network(): it says 'unknown' then
 
 def noninteractive() -> bool:
-    "Whether ipyparallel runs non-interactively (`ipyparallel._NONINTERACTIVE`, set from IPP_NONINTERACTIVE): no progress bars"
+    "Whether ipyparallel runs non-interactively: no progress bars"
+    # (`ipyparallel._NONINTERACTIVE`, set from IPP_NONINTERACTIVE)
     import ipyparallel as ipp
     v = getattr(ipp, '_NONINTERACTIVE', None)
     # older/newer: what it was set from
@@ -90,7 +93,8 @@ def noninteractive() -> bool:
 
 # %% ../nbs/00b_compat_ipp.ipynb #e190eecd
 def task_futures(ar) -> list: # [(engine id, future)], one per engine the task went to
-    "Each engine's part of `ar`, from `AsyncResult._targets` and `._children` (tested with ipyparallel 9.2: parallel lists)"
+    "Each engine's part of `ar`, from `AsyncResult._targets` and `._children`"
+    # (tested with ipyparallel 9.2: parallel lists)
     try: return list(zip(ar._targets, ar._children))
     except AttributeError: raise missing('AsyncResult._targets and AsyncResult._children') from None
 
@@ -99,7 +103,8 @@ def has_task_futures(ar) -> bool:
     return hasattr(ar, '_targets') and hasattr(ar, '_children')
 
 def task_output(fut) -> dict: # with 'stdout', 'stderr', 'outputs' and 'execute_result'
-    "What one engine's part of a task printed and displayed so far, from the future's `output.metadata` (tested with ipyparallel 9.2)"
+    "What one engine's part of a task printed and displayed so far, from the future's `output.metadata`"
+    # (tested with ipyparallel 9.2)
     try: return fut.output.metadata
     except AttributeError: raise missing('the output future of an AsyncResult child (.output.metadata)') from None
 
@@ -110,10 +115,12 @@ def task_name(ar, default:str='task') -> str:
 # %% ../nbs/00b_compat_ipp.ipynb #0d5fc8c3
 def supervised_view(view, # an ipyparallel DirectView
                     watch, # called as watch(ar, blocking) for every task sent through `view`
-                    # called as before(targets) ahead of every task (the view's targets where none are given): may raise to refuse it
+                    # called as before(targets) ahead of every task (the view's targets where none are given):
+                    # may raise to refuse it
                     before=None,
                    ):
-    "`view` itself, its class swapped for a DirectView subclass that sends every task non-blocking and hands it to `watch` (overrides ipyparallel 9.2's (tested) `DirectView._really_apply`)"
+    "`view` itself, its class swapped for a DirectView subclass that sends every task to `watch`"
+    # (non-blocking; overrides `DirectView._really_apply`, tested with ipyparallel 9.2)
     from ipyparallel.client.view import DirectView
     if not callable(getattr(DirectView, '_really_apply', None)): raise missing('DirectView._really_apply')
     class SupervisedView(DirectView):
@@ -143,7 +150,8 @@ OUTPUT_MSGS = frozenset({'stream', 'display_data', 'update_display_data', 'clear
 
 def record_outputs(rc, # an ipyparallel Client
                   ) -> bool: # False if it already records
-    "Make `rc` record, for every task sent from now on, its output messages in arrival order (`task_events`); wraps `Client.create_message_futures` (tested with ipyparallel 9.2)"
+    "Make `rc` record the output messages of every task sent from now on, in arrival order"
+    # (`task_events`; wraps `Client.create_message_futures`, tested with ipyparallel 9.2)
     if rc.__dict__.get('_ddp_nb_records'): return False
     make = getattr(rc, 'create_message_futures', None)
     if not callable(make): raise missing('Client.create_message_futures')
@@ -169,7 +177,8 @@ def task_events(fut) -> collections.deque|None: # of (message type, content), ol
 # %% ../nbs/00b_compat_ipp.ipynb #deff210a
 def engine_launchers(cluster, # an ipyparallel Cluster, or None
                     ) -> list:
-    "The launcher of every engine `cluster` started, from each engine set's `launchers` dict (tested with ipyparallel 9.2)"
+    "The launcher of every engine `cluster` started, from each engine set's `launchers` dict"
+    # (tested with ipyparallel 9.2)
     if cluster is None: return []
     return [l for es in cluster.engines.values() for l in getattr(es, 'launchers', {}).values()]
 
@@ -181,7 +190,9 @@ def launcher_process(launcher):
 def stop_sync_thread(obj, # an ipyparallel Cluster (any `AsyncFirst`), or None
                      timeout:float=5, # seconds to wait for the thread to end
                     ) -> bool: # True if a thread was running and is now stopped, its loop closed
-    "Stop the event-loop thread `obj`'s `*_sync` methods started under a running loop and close its loop (`AsyncFirst._async_thread` and `._thread_loop`, tested with ipyparallel 9.2, which never stops them)"
+    "Stop the event-loop thread that `obj`'s `*_sync` methods started, and close its loop"
+    # (started under a running loop: `AsyncFirst._async_thread` and `._thread_loop`;
+    # tested with ipyparallel 9.2, which never stops them)
     t, loop = getattr(obj, '_async_thread', None), getattr(obj, '_thread_loop', None)
     # none started (or another ipyparallel: the test below says so)
     if t is None or not hasattr(loop, 'add_callback'): return False
@@ -196,7 +207,8 @@ def stop_sync_thread(obj, # an ipyparallel Cluster (any `AsyncFirst`), or None
 # %% ../nbs/00b_compat_ipp.ipynb #cf503eda
 def engine_state_file(cluster, # an ipyparallel Cluster, or None
                      ) -> str|None: # the path, whether or not it exists; None without a cluster
-    "The file the controller keeps its engines' ids in (`<profile>/log/engines<cluster id>.json`, as ipyparallel 9.2's controller app names it)"
+    "The file the controller keeps its engines' ids in"
+    # (`<profile>/log/engines<cluster id>.json`, as ipyparallel 9.2's controller app names it)
     if cluster is None or not getattr(cluster, 'profile_dir', None): return None
     return os.path.join(cluster.profile_dir, 'log', f"engines{cluster.cluster_id}.json")
 
@@ -204,7 +216,8 @@ def engine_state_file(cluster, # an ipyparallel Cluster, or None
 def forget_magics(shell, # an IPython InteractiveShell
                   which, # called with each magics instance; True: forget it
                  ) -> int: # how many were forgotten
-    "Drop the magics instances `which` picks from `shell.configurables`, where IPython (tested with 9.18) keeps every instance ever made"
+    "Drop the magics instances `which` picks from `shell.configurables`"
+    # (where IPython, tested with 9.18, keeps every instance ever made)
     cs = getattr(shell, 'configurables', None)
     if cs is None: return 0
     from IPython.core.magic import Magics
@@ -214,7 +227,8 @@ def forget_magics(shell, # an IPython InteractiveShell
 
 # %% ../nbs/00b_compat_ipp.ipynb #b795e4bc
 def engine_registration_url() -> str|None: # e.g. 'tcp://10.0.0.1:50123'; None outside an ipyparallel engine
-    "The URL this process registered with the controller at, from ipyparallel's `IPEngine` singleton (tested with ipyparallel 9.2)"
+    "The URL this process registered with the controller at, from ipyparallel's `IPEngine` singleton"
+    # (tested with ipyparallel 9.2)
     import sys
     app = sys.modules.get('ipyparallel.engine.app')
     try:
@@ -225,7 +239,8 @@ def engine_registration_url() -> str|None: # e.g. 'tcp://10.0.0.1:50123'; None o
 def on_uncaught_error(shell, # an IPython InteractiveShell
                       fn, # called with no arguments, inside IPython's error display (sys.exc_info() is the error)
                      ):
-    "Call `fn` whenever `shell` shows an uncaught error, by wrapping its `showtraceback` (IPython calls it for every error of a cell); idempotent"
+    "Call `fn` whenever `shell` shows an uncaught error, by wrapping its `showtraceback`; idempotent"
+    # (IPython calls `showtraceback` for every error of a cell)
     if not callable(getattr(shell, 'showtraceback', None)): raise missing('InteractiveShell.showtraceback', 'IPython')
     orig = shell.__dict__.get('_ddp_nb_showtraceback') or shell.showtraceback
     shell._ddp_nb_showtraceback = orig
@@ -237,7 +252,10 @@ def on_uncaught_error(shell, # an IPython InteractiveShell
 def plain_tracebacks(shell, # an IPython InteractiveShell (a rank's engine)
                      cls=KeyboardInterrupt, # the errors shown plainly
                     ):
-    "Make `shell` format an uncaught `cls` in IPython's 'Plain' mode (milliseconds: no source parsed) instead of its 'Context' one (stack_data: 0.3 s and more, seconds on a busy host), by wrapping its `InteractiveTB.structured_traceback` (which `showtraceback` calls) and switching `set_mode` around it (tested with IPython 9.18); idempotent"
+    "Make `shell` format an uncaught `cls` in IPython's 'Plain' mode instead of 'Context'; idempotent"
+    # (Plain: milliseconds, no source parsed; Context: stack_data, 0.3 s and more, seconds on a busy host.)
+    # Wraps its `InteractiveTB.structured_traceback` (which `showtraceback` calls) and switches `set_mode` around it
+    # (tested with IPython 9.18).
     itb = getattr(shell, 'InteractiveTB', None)
     if not (callable(getattr(itb, 'structured_traceback', None)) and callable(getattr(itb, 'set_mode', None))):
         raise missing('InteractiveShell.InteractiveTB.structured_traceback and .set_mode', 'IPython')
@@ -255,7 +273,8 @@ def plain_tracebacks(shell, # an IPython InteractiveShell (a rank's engine)
 # %% ../nbs/00b_compat_ipp.ipynb #cb02709c
 def session_key(rc=None, # an ipyparallel Client; None: this engine's kernel session
                ) -> bytes: # b'' outside an engine, or where the cluster runs without a key
-    "The cluster's secret: the key that signs every ipyparallel message, from the client's or this engine's session (tested with ipyparallel 9.2)"
+    "The cluster's secret: the key that signs every ipyparallel message"
+    # (from the client's or this engine's session; tested with ipyparallel 9.2)
     if rc is not None: return bytes(rc.session.key)
     try:
         from IPython import get_ipython
@@ -264,7 +283,8 @@ def session_key(rc=None, # an ipyparallel Client; None: this engine's kernel ses
 
 # %% ../nbs/00b_compat_ipp.ipynb #91e2fe39
 def bind_engine_kernel() -> str: # the kernel's connection file, for `jupyter console --existing`
-    "On an engine: `ipyparallel.bind_kernel()` and the connection file it wrote (`IPEngine.instance().kernel_app.abs_connection_file`, tested with ipyparallel 9.2)"
+    "On an engine: `ipyparallel.bind_kernel()` and the connection file it wrote"
+    # (`IPEngine.instance().kernel_app.abs_connection_file`, tested with ipyparallel 9.2)
     import ipyparallel
     from ipyparallel.engine.app import IPEngine
     ipyparallel.bind_kernel()
@@ -277,10 +297,13 @@ _result_classes = {}  # an AsyncResult class -> its supervised subclass
 def supervised_result(ar, # an ipyparallel AsyncResult (or AsyncMapResult)
                       # called as resolve(ar, timeout) before `ar.get` returns or raises: may raise an error of its own
                       resolve,
-                      # called with ipyparallel's own error (RemoteError, CompositeError) before `get` raises it: may change how it shows
+                      # called with ipyparallel's own error (RemoteError, CompositeError) before `get` raises it:
+                      # may change how it shows
                       relabel=None,
                      ):
-    "`ar` itself, its class swapped for a subclass whose `get` (so `ar.r` and `%pxresult` too) calls `resolve` first, and `relabel` on the error it raises (overrides ipyparallel 9.2's (tested) `AsyncResult.get(timeout, return_exceptions, return_when)`)"
+    "`ar` itself, its class swapped for a subclass whose `get` calls `resolve` first, `relabel` on errors"
+    # (so `ar.r` and `%pxresult` too; `relabel` on the error it raises. Overrides
+    # `AsyncResult.get(timeout, return_exceptions, return_when)`, tested with ipyparallel 9.2.)
     from ipyparallel import AsyncResult
     if not isinstance(ar, AsyncResult) or type(ar) in _result_classes.values(): return ar
     base = type(ar)
@@ -306,13 +329,16 @@ def supervised_result(ar, # an ipyparallel AsyncResult (or AsyncMapResult)
 # %% ../nbs/00b_compat_ipp.ipynb #f3a91c44
 def controller_process(cluster, # an ipyparallel Cluster, or None
                       ):
-    "The controller process `cluster` started on this host (its launcher's `.process`, a psutil.Process in ipyparallel 9.2), None where unknown"
+    "The controller process `cluster` started on this host, None where unknown"
+    # (its launcher's `.process`, a psutil.Process in ipyparallel 9.2)
     return None if cluster is None else launcher_process(getattr(cluster, 'controller', None))
 
 def hub_answers(rc, # a connected Client
                 timeout:float=5, # seconds to wait for the answer
                ) -> bool:
-    "Whether the controller answers a queue query within `timeout` s (sent by `Client._send` on `Client._query_stream`, tested with ipyparallel 9.2, whose own queries wait without a deadline)"
+    "Whether the controller answers a queue query within `timeout` s"
+    # (sent by `Client._send` on `Client._query_stream`; tested with ipyparallel 9.2,
+    # whose own queries wait without a deadline)
     if not (hasattr(rc, '_send') and hasattr(rc, '_query_stream')):
         raise missing('Client._send and Client._query_stream')
     try: fut = rc._send(rc._query_stream, 'queue_request', content=dict(targets=[], verbose=False))
@@ -324,7 +350,8 @@ def hub_answers(rc, # a connected Client
 
 def abandon_client(rc, # a Client whose controller is gone
                   ):
-    "Close `rc` and fail every task still waiting for an answer, as ipyparallel fails a dead engine's (`Client._handle_stranded_msgs`, tested with ipyparallel 9.2): every wait on them ends"
+    "Close `rc` and fail every task still waiting for an answer: every wait on them ends"
+    # (as ipyparallel fails a dead engine's: `Client._handle_stranded_msgs`, tested with ipyparallel 9.2)
     if not hasattr(rc, '_handle_stranded_msgs'): raise missing('Client._handle_stranded_msgs')
     try: rc.close(linger=0)  # its thread stops: nothing arrives any more
     except Exception: log.debug("closing the client failed; its waits are failed next all the same", exc_info=True)
@@ -333,7 +360,8 @@ def abandon_client(rc, # a Client whose controller is gone
 # %% ../nbs/00b_compat_ipp.ipynb #f3a91c47
 def engine_exits(cluster, # an ipyparallel Cluster, or None
                 ) -> dict: # pid -> exit status (negative: the signal), of the engines whose end ipyparallel handled
-    "How the engines of `cluster` ended, from each engine set's `stop_data['engines']` (tested with ipyparallel 9.2: identifier -> dict(exit_code, pid, identifier))"
+    "How the engines of `cluster` ended, from each engine set's `stop_data['engines']`"
+    # (tested with ipyparallel 9.2: identifier -> dict(exit_code, pid, identifier))
     out = {}
     for es in (getattr(cluster, 'engines', None) or {}).values():
         for d in ((getattr(es, 'stop_data', None) or {}).get('engines') or {}).values():
@@ -341,11 +369,13 @@ def engine_exits(cluster, # an ipyparallel Cluster, or None
     return out
 
 # %% ../nbs/00b_compat_ipp.ipynb #da2c2e61
-def replace_nanny_start(fn, # called as ipyparallel's `start_nanny(**kwargs)`: returns (nanny url, a handle the engine keeps)
+def replace_nanny_start(fn, # called as `start_nanny(**kwargs)`: returns (nanny url, a handle the engine keeps)
                        ):
-    "Make this engine start its nanny with `fn`, by replacing `ipyparallel.engine.app.start_nanny` (tested with ipyparallel 9.2, whose `IPEngine.start_nanny` calls it by that name); in a forked engine only"
+    "Make this engine start its nanny with `fn`, replacing `ipyparallel.engine.app.start_nanny`"
+    # (tested with ipyparallel 9.2, whose `IPEngine.start_nanny` calls it by that name); in a forked engine only
     import ipyparallel.engine.app as app
-    if not callable(getattr(app, 'start_nanny', None)) or 'return start_nanny(' not in _source(app.IPEngine.start_nanny):
+    if (not callable(getattr(app, 'start_nanny', None))
+            or 'return start_nanny(' not in _source(app.IPEngine.start_nanny)):
         raise missing('ipyparallel.engine.app.start_nanny (called by IPEngine.start_nanny)')
     app.start_nanny = fn
 
