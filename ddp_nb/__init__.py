@@ -1,11 +1,13 @@
 __version__ = "0.1.0"
 
-from .report import report  # `from ddp_nb import report` gives the function ranks call (the module stays `ddp_nb.report` in sys.modules)
+# `from ddp_nb import report` gives the function ranks call (the module stays `ddp_nb.report` in sys.modules)
+from .report import report
 
 __all__ = ['DDPCluster', 'report']
 
 def __getattr__(name):
-    "Import `DDPCluster` on first use, so engines and torchrun workers that import `ddp_nb.rank` skip ipyparallel's client"
+    "Import `DDPCluster` on first use"
+    # (so engines and torchrun workers that import `ddp_nb.rank` skip ipyparallel's client)
     if name == 'DDPCluster':
         from .cluster import DDPCluster
         return DDPCluster

@@ -261,10 +261,12 @@ def start(self:DDPCluster) -> DDPCluster:
     with ph('set-up'):
         self.cluster_id = make_cluster_id(os.getpid(), secrets.token_hex(3))
         if self.engines == 'ssh':
-            self.per_host, self.backend = ssh_hosts(self.hosts, self.per_host, self.ipp_kwargs.get('config'), self.backend)
+            self.per_host, self.backend = ssh_hosts(self.hosts, self.per_host, self.ipp_kwargs.get('config'),
+                                                     self.backend)
             self.n = sum(self.per_host.values())
         self._ipp = ipp_cluster(self.n, self.cluster_id, self.engines, self.hosts, self.per_host, self.env,
-                                self.heartbeat_ms, self.start_timeout, self.persistent, self.fork_server, **self.ipp_kwargs)
+                                self.heartbeat_ms, self.start_timeout, self.persistent, self.fork_server,
+                                **self.ipp_kwargs)
         if not self.persistent:  # a persistent cluster outlives this process
             self._fin = Finalize(self, _end_unstopped, args=(self._ipp, self.cluster_id), exitpriority=10)
     def connect():
@@ -616,10 +618,12 @@ def _replace_ended(self:DDPCluster, ar, # the interrupted task, or None
         + [f"{name_ranks(stuck)} {agree(stuck, 'was', 'were')} stuck (in a collective?) and ended"] * bool(stuck) \
         + [f"the engine of rank {r} {self._death(r)}" for r in died]
     kept = [r for r in range(self.world_size) if r not in ended]
-    said = (f"Interrupted: every rank stopped in {took:.1f}s; {'; '.join(why)}: {agree(ended, 'its', 'their')} state is lost"
+    said = (f"Interrupted: every rank stopped in {took:.1f}s; {'; '.join(why)}: "
+            f"{agree(ended, 'its', 'their')} state is lost"
             + (f"; {name_ranks(kept)} kept {agree(kept, 'its', 'theirs')}" if kept else '') + ".")
     print(f"{said} Replacing the ended ranks:", file=sys.stderr)
-    self._sup.interrupted(ar, f"{said} cl.interrupt() replaced {name_ranks(ended)}: re-run your setup cells on {agree(ended, 'it', 'them')}.")
+    self._sup.interrupted(ar, f"{said} cl.interrupt() replaced {name_ranks(ended)}: "
+                             f"re-run your setup cells on {agree(ended, 'it', 'them')}.")
     self.restart(ended)
 
 # %% ../nbs/02g_cluster.ipynb #7d19ae5e

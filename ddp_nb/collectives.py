@@ -39,7 +39,9 @@ def _text(f:dict, most:int=60) -> str:
 
 def source_line(frames:list, # flight-recorder frames, innermost first: dicts with filename, line, name
                ) -> str|None:
-    "The user's line that issued a collective: 'cell line 4: dist.all_reduce(t)', or 'file.py:N (cell line M: ...)' when a cell called that code; never a line of ddp_nb (its own collectives, called from no cell: \"ddp_nb's health check\")"
+    "The user's line that issued a collective: 'cell line 4: dist.all_reduce(t)', never one of ddp_nb"
+    # (or 'file.py:N (cell line M: ...)' when a cell called that code; ddp_nb's own collectives,
+    # called from no cell, are "ddp_nb's health check")
     # what ran the cell (or the call) is not the user's
     frames = list(itertools.takewhile(lambda f: not _ENGINE.search(f['filename']), frames))
     user = next((f for f in frames if not _LIB.search(f['filename'])), None)
@@ -57,7 +59,8 @@ def _shape(s) -> str: return '[' + ', '.join(map(str, s)) + ']'
 def to_records(dump:dict, # `compat_torch.flight_recorder_dump()`: its entries
                last:int=64, # records kept per process group
               ) -> list: # records, oldest first
-    "This rank's recent collectives as records, from a flight-recorder dump; a group re-made under the same id (a new process group) starts afresh"
+    "This rank's recent collectives as records, from a flight-recorder dump"
+    # (a group re-made under the same id, a new process group, starts afresh)
     by_pg = {}
     for e in sorted(dump.get('entries', []), key=lambda e: e['record_id']):
         pid, name = e['process_group']
@@ -95,7 +98,8 @@ def collectives_file(cluster_id:str, # the cluster's id
                      # this user's folder for the ranks' files; None: `rank_dir()` (made if missing)
                      folder:str|None=None,
                     ) -> str:
-    "Where a rank writes its recent collectives: in this user's private folder, next to the stack file `cl.where()` reads"
+    "Where a rank writes its recent collectives: in this user's private folder"
+    # (next to the stack file `cl.where()` reads)
     return os.path.join(folder or rank_dir(), f"{cluster_id}-collectives-{rank}.json")
 
 def write_records(path:str, # the file; written atomically (a reader never sees half of it)
@@ -111,7 +115,8 @@ def write_records(path:str, # the file; written atomically (a reader never sees 
     write_private(path, json.dumps(d))
 
 class _Writer(threading.Thread):
-    "Polls the groups' sequence numbers and status every `poll` s; writes the records when they stalled, and every `every` s while they move"
+    "Polls the groups' sequence numbers and status every `poll` s, and writes the records"
+    # (when they stalled, and every `every` s while they move)
     def __init__(self, path, poll, every, last, stall=1.0):
         super().__init__(daemon=True, name='ddp_nb-collectives')
         (self.path, self.poll, self.every, self.last, self.stall,
@@ -138,7 +143,8 @@ _writer = {}
 _warm = threading.Event()  # set once torch's symbolizer has run on this rank's main thread
 
 def warm_up():
-    "The first dump with source lines, here: torch's symbolizer then imports ~800 modules of torch (`torch._inductor`, `_dynamo`; ~1 s once)"
+    "The first dump with source lines, here"
+    # (torch's symbolizer then imports ~800 modules of torch: `torch._inductor`, `_dynamo`; ~1 s once)
     from ddp_nb.compat_torch import flight_recorder_dump
     if not _warm.is_set(): flight_recorder_dump(stacks=True, collectives=True); _warm.set()
 
@@ -156,14 +162,16 @@ def warm_up_soon():
     except RuntimeError: _warm_up_quietly()
 
 def ring_size() -> int:
-    "Entries the flight recorder keeps (`TORCH_FR_BUFFER_SIZE` as this process started with it; torch 2.13's default 2000)"
+    "Entries the flight recorder keeps (`TORCH_FR_BUFFER_SIZE` as this process started with it)"
+    # (torch 2.13's default: 2000)
     try: return int(os.environ.get('TORCH_FR_BUFFER_SIZE', 2000))
     except ValueError: return 2000
 
 def install(cluster_id:str|None=None, # None: this engine's IPP_CLUSTER_ID
             rank:int|None=None, # None: this rank's RANK
             poll:float=0.1, # seconds between looks at the groups' sequence numbers (~10 us each)
-            # seconds between writes while collectives progress; None: 10 with a ring of at most 512, else never (only on stalls)
+            # seconds between writes while collectives progress
+            # (None: 10 with a ring of at most 512, else never: only on stalls)
             every:float|None=None,
             last:int=64, # records per process group in the file
             # seconds without a new collective before the records are written (a hang is reported after 2 s or more)
@@ -255,7 +263,8 @@ def desync_report(records:dict, # rank -> records, oldest first (`read_records`)
                   # rank -> 'running', 'finished', 'raised', 'dead', 'stopped' (SIGSTOP), 'lost' (None: all running)
                   states:dict|None=None,
                  ) -> str|None: # the report; None when the ranks agree and none is dead or stopped
-    "Name the first collective at which the ranks disagree (op, shapes or dtypes differ, or some ranks never issued it), and dead or stopped ranks as such"
+    "Name the first collective at which the ranks disagree, and dead or stopped ranks as such"
+    # (they disagree when op, shapes or dtypes differ, or some ranks never issued it)
     unknown = sorted(r for r, v in records.items() if v is None)  # no file: no recorder on that rank
     records = {r: v for r, v in records.items() if v is not None}
     states = {r: (states or {}).get(r, 'running') for r in records}
@@ -309,7 +318,8 @@ def desync_report(records:dict, # rank -> records, oldest first (`read_records`)
 
 # %% ../nbs/00h_collectives.ipynb #c310001d
 class CollectivesTable:
-    "The recent collectives of every rank, one row per (group, sequence number): `str()` for text (differences marked `!`), HTML in Jupyter (differences in red)"
+    "The recent collectives of every rank, one row per (group, sequence number)"
+    # (`str()` for text, differences marked `!`; HTML in Jupyter, differences in red)
     def __init__(self, head:list, rows:list, bad:list): self.head, self.rows, self.bad = head, rows, bad
     def __str__(self):
         cells = ([self.head] + [[c + (' !' if b and i else '') for i, c in enumerate(r)]
@@ -333,7 +343,8 @@ def _cell(r) -> str:
 def collectives_table(records:dict, # rank -> records (`read_records`, or `dict(enumerate(cl.run(records)))`)
                       last:int=20, # rows: the latest sequence numbers
                      ) -> CollectivesTable:
-    "The last collectives of every rank side by side, rows where ranks differ (op, shapes, dtypes, or missing) marked; '…': pending"
+    "The last collectives of every rank side by side, rows where ranks differ marked"
+    # (differ: op, shapes, dtypes, or missing; '…': pending)
     records = {r: v or [] for r, v in records.items()}
     ranks = sorted(records)
     keys = sorted({(x['pg'], x['seq'], x['p2p']) for r in ranks for x in records[r]},
@@ -353,7 +364,8 @@ def collectives_table(records:dict, # rank -> records (`read_records`, or `dict(
 # %% ../nbs/00h_collectives.ipynb #c3100020
 def set_debug(on:bool=True, # DETAIL (torch's fingerprint check before every collective), or OFF
              ) -> str: # the previous level
-    "Turn torch's collective fingerprint check on or off for process groups made after this (re-form the group to apply)"
+    "Turn torch's collective fingerprint check on or off for process groups made after this"
+    # (re-form the group to apply)
     import torch.distributed as dist
     prev = str(dist.get_debug_level()).split('.')[-1]
     level = 'DETAIL' if on else 'OFF'

@@ -73,7 +73,8 @@ class NumberList(list):
     "A long list or tuple of plain numbers: one entry (as a tensor would be), not one per item"
 
 class EmptyContainer:
-    "An empty container (dict, list, module without state...): one entry, so that it does not vanish from the comparison"
+    "An empty container: one entry, so that it does not vanish from the comparison"
+    # (dict, list, module without state...)
     def __init__(self, o): self.type = type(o).__name__
 
 def _error(o, msg:str) -> dict:
@@ -121,7 +122,8 @@ def leaf_entry(o, # a leaf: tensor, array, number, string, None or any other obj
 
 # %% ../nbs/00e_compare.ipynb #c217a3e2
 def dtensor_entry(t) -> dict:
-    "A DTensor's entry: replicated, compared by value; sharded, by layout (each rank holds its own part), with this rank's part's digest"
+    "A DTensor's entry: replicated, compared by value; sharded, by layout"
+    # (each rank holds its own part, so with this rank's part's digest)
     local = t.to_local()
     e = {**leaf_entry(local), 'type': 'DTensor', 'shape': tuple(t.shape),
          'placements': tuple(repr(p) for p in t.placements)}
@@ -168,7 +170,8 @@ def leaves(obj, # any object
            path:str='', # the path of `obj` itself
            max_entries:int=100_000, # stop after this many leaves
           ):
-    "Yield `(path, leaf)` for everything `obj` holds, in order; a part that fails or loops yields an `Exception` as its leaf"
+    "Yield `(path, leaf)` for everything `obj` holds, in order"
+    # (a part that fails or loops yields an `Exception` as its leaf)
     n, stack = 0, [(path, obj, ())]
     while stack:
         p, o, seen = stack.pop()
@@ -260,7 +263,8 @@ def evaluate(expr:str, # a Python expression in the rank's namespace, or 'rng' o
              ns:dict|None=None, # namespace; None: the engine's IPython user namespace
              max_entries:int=100_000, # fingerprint at most this many entries
             ) -> list: # [(path, entry)], in order; a failure is one 'error' entry
-    "On a rank: fingerprint the value of `expr`, as a list of pairs (ipyparallel sorts a returned dict's keys); never raises"
+    "On a rank: fingerprint the value of `expr`, as a list of pairs; never raises"
+    # (pairs: ipyparallel sorts a returned dict's keys)
     try: obj = _eval(expr, ns)
     except Exception as ex: return [('', _error(ex, f"{type(ex).__name__}: {ex}"))]
     return list(fingerprint(obj, max_entries).items())
@@ -535,7 +539,8 @@ def fill_diffs(c:Comparison, # a comparison: rows whose tensors differ in value 
                fetch, # fetch({rank: {path: slices or None}}) -> {rank: {path: `leaf_values`}}
                max_elements:int=1_000_000, # per entry, values pulled from one rank at most
               ) -> Comparison:
-    "Find the max |difference| of differing tensors, arrays and long lists, pulling at most `max_elements` per entry and rank"
+    "Find the max |difference| of differing tensors, arrays and long lists"
+    # (pulling at most `max_elements` per entry and rank)
     rows = [r for r in c.differing if r.what == 'values'
             and r.entries[r.groups[0][0]]['kind'] in ('tensor', 'array', 'numbers')]
     if not rows: return c

@@ -72,7 +72,8 @@ def threads_per_rank(n_cpus:int, # cores usable on the host
 
 # %% ../nbs/00_core.ipynb #302e6113
 class RankState(str, Enum):
-    "What a rank is doing, as the notebook sees it: one name for every report (a `str`: prints and compares as its value)"
+    "What a rank is doing, as the notebook sees it: one name for every report"
+    # (a `str`: prints and compares as its value)
     RUNNING = 'running'  # a task runs on it
     IDLE = 'idle'  # alive, no task
     OK = 'ok'  # it finished the task
@@ -202,7 +203,8 @@ def master_address(p0:Rank, # rank 0, with its host's `addrs`
                    route:str|None, # the source address rank 0 uses to reach another host's engines
                    ifname:str|None=None, # the interface the user chose, if any
                   ) -> str: # MASTER_ADDR
-    "Rank 0's address that other hosts reach: its address on `ifname`, else the one its route to the other hosts leaves from"
+    "Rank 0's address that other hosts reach"
+    # (its address on `ifname`, else the one its route to the other hosts leaves from)
     if ifname:
         ips = p0.addrs.get(ifname)
         if not ips:
@@ -255,7 +257,7 @@ def engines_per_host(hosts, # host names, or {host: engines}
 def slurm_script(nodes:int, # nodes to run engines on
                  per_node:int, # engines (tasks) on each node
                  options:str='', # more #SBATCH lines or options, e.g. '--gpus-per-task=1 --partition=gpu'
-                ) -> str: # an ipyparallel batch template ({cluster_id} and {program_and_args} are filled in by ipyparallel)
+                ) -> str: # an ipyparallel batch template (ipyparallel fills in {cluster_id} and {program_and_args})
     "The Slurm batch script for one job of `per_node` engines on each of `nodes` nodes"
     extra = (''.join(f"#SBATCH {o}\n" for o in options.split()) if options and not options.lstrip().startswith('#')
              else (options.strip() + '\n' if options else ''))
@@ -350,7 +352,8 @@ def agree(ranks, # the ranks a sentence is about
 PROGRESS_KEYS = ('total', 'epoch', 'samples')  # progress facts, shown in the header rather than plotted
 
 class StepCounter:
-    "The step of each `report(...)`: the one given, else one more than the last; counting starts again when the reported epoch goes back (a new training)"
+    "The step of each `report(...)`: the one given, else one more than the last"
+    # (counting starts again when the reported epoch goes back: a new training)
     def __init__(self): self.last, self.epoch = -1, None
     def __call__(self, step=None, # the step given; None: one more than the last
                  epoch=None, # the epoch reported with it, if any
@@ -383,7 +386,8 @@ class _Phase:
 TB_HINT = "writing TensorBoard files needs TensorBoard: pip install 'ddp_nb[tensorboard]' (or pip install tensorboard)"
 
 def tensorboard_parts():
-    "TensorBoard's event writer and protos (EventFileWriter, Event, Summary), or an ImportError that says how to install them"
+    "TensorBoard's event writer and protos, or an ImportError that says how to install them"
+    # (EventFileWriter, Event, Summary)
     try:
         from tensorboard.summary.writer.event_file_writer import EventFileWriter
         from tensorboard.compat.proto.event_pb2 import Event

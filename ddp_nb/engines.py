@@ -58,7 +58,8 @@ def remote_count(engines, # the launcher's name
     return n
 
 def controller_ip(engines, hosts, ifname:str|None, kw:dict) -> dict:
-    "Where the controller listens when engines run elsewhere: what you said, this host's address on `ifname`, or on its route to the ssh hosts"
+    "Where the controller listens when engines run elsewhere"
+    # (what you said, this host's address on `ifname`, or on its route to the ssh hosts)
     if 'controller_ip' in kw or engines in ('local', 'attached') or (engines == 'mpi' and hosts is None): return {}
     if ifname and local_ipv4().get(ifname): return dict(controller_ip=local_ipv4()[ifname][0])
     if engines == 'ssh':
@@ -75,7 +76,8 @@ def ssh_hosts(hosts, # host names, or {host: engines}
               config, # the ipyparallel config passed to DDPCluster (for ssh_cmd / ssh_args), or None
               backend:str|None, # the backend asked for; None: chosen from the hosts' GPUs
              ) -> tuple: # ({host: engines}, backend)
-    "{host: engines} for engines='ssh': `per_host` on each, or one per GPU the host reports (asked over ssh, all hosts at once)"
+    "{host: engines} for engines='ssh': `per_host` on each, or one per GPU the host reports"
+    # (the GPUs asked over ssh, all hosts at once)
     from concurrent.futures import ThreadPoolExecutor
     if isinstance(hosts, dict) or per_host: return engines_per_host(hosts, per_host), backend
     sec = lambda name: config.get(name, {}) if hasattr(config, 'get') else {}
@@ -91,7 +93,8 @@ def ssh_hosts(hosts, # host names, or {host: engines}
 ENGINE_MAIN = ENGINE_CMD[-1]  # what `python -c` runs to start an engine (for launchers on other hosts too)
 
 class _AlreadyRemoved(logging.Filter):
-    "Drop ipyparallel's 'Failed to remove <log file>: No such file' at stop (two of its stop paths remove the same file)"
+    "Drop ipyparallel's 'Failed to remove <log file>: No such file' at stop"
+    # (two of its stop paths remove the same file)
     def filter(self, rec):
         return not (rec.getMessage().startswith('Failed to remove') and 'No such file' in rec.getMessage())
 
@@ -101,7 +104,8 @@ def remote_config(cfg, # the ipyparallel Config, changed in place
                   per_host, # {host: engines} (ssh), or engines per host
                   env:dict, # environment for the engines there
                  ):
-    "Configure ipyparallel's launcher for engines on other hosts: the hosts, their engine counts, the command, the environment"
+    "Configure ipyparallel's launcher for engines on other hosts"
+    # (the hosts, their engine counts, the command, the environment)
     from ipyparallel.cluster.launcher import find_launcher_class
     cls = engines if isinstance(engines, type) else find_launcher_class(engines, 'engine')
     sec = cfg[cls.__name__]
@@ -126,7 +130,8 @@ def ipp_cluster(n:int, # engines to start
                 heartbeat_ms:int=200, # controller heartbeat period: engines register after one beat
                 start_timeout:float=120, # seconds for the engines to register
                 persistent:bool=False, # keep running after this process ends
-                fork_server:bool|None=None, # local engines forked from a warm fork server; None: unless DDP_NB_FORK_SERVER=0
+                # local engines forked from a warm fork server; None: unless DDP_NB_FORK_SERVER=0
+                fork_server:bool|None=None,
                 **ipp_kwargs, # passed on to `ipyparallel.Cluster`
                ):
     "An ipyparallel Cluster, quiet, quick to register engines, and ended with its owner"
@@ -202,7 +207,8 @@ def start_more(ipp_cluster, rc, # the cluster and its client
 def connect_existing(url_file:str|None=None, # the controller's client connection file, or None: find the cluster
                      cluster_id:str|None=None, profile_dir:str|None=None, profile:str|None=None, # which cluster
                     ) -> tuple: # (ipyparallel Cluster or None, connected Client)
-    "Connect to a cluster someone else started: by its cluster file (ipcluster), else by the controller's connection file"
+    "Connect to a cluster someone else started"
+    # (by its cluster file (ipcluster), else by the controller's connection file)
     import ipyparallel as ipp
     if url_file is not None: return None, ipp.Client(url_file=url_file)
     try:
@@ -302,11 +308,12 @@ def exit_code(cluster, # the ipyparallel Cluster that started the engine
     return code
 
 # %% ../nbs/02a_engines.ipynb #c8d1e5a1
-def controller_down(cluster, # the ipyparallel Cluster that started the controller; None: attached by its connection file
+def controller_down(cluster, # the ipyparallel Cluster that started the controller; None: attached by file
                     rc, # the connected Client
                     timeout:float=5, # seconds a controller started elsewhere gets to answer
                    ) -> bool:
-    "Whether the controller is gone: its process here ended (seen at once), or one started elsewhere missed two answers of `timeout` s each"
+    "Whether the controller is gone"
+    # (its process here ended, seen at once; or one started elsewhere missed two answers of `timeout` s each)
     p = controller_process(cluster)
     if p is None: return not hub_answers(rc, timeout) and not hub_answers(rc, timeout)  # a busy hub may miss one
     try: return not p.is_running() or p.status() == psutil.STATUS_ZOMBIE

@@ -63,14 +63,17 @@ def decode(b:bytes, # one datagram as received (read with room for one byte more
 
 # what each side accepts
 TO_SERVER = {'spawn': dict(id=int, argv=list, env=dict, cwd=str, output_file=str), 'stop': {}}
-TO_KERNEL = {'ready': dict(pid=int), 'failed': dict(why=str), 'spawned': dict(id=int, pid=int), 'refused': dict(id=int, why=str),
+TO_KERNEL = {'ready': dict(pid=int), 'failed': dict(why=str), 'spawned': dict(id=int, pid=int),
+             'refused': dict(id=int, why=str),
              'exit': dict(pid=int, code=int)}
 
 # %% ../nbs/02a1_forkserver.ipynb #4d86b68b
 def check_spawn(msg:dict) -> dict:
-    "A spawn request the server carries out: the engine command exactly, options, a plain environment, real paths; else ValueError"
+    "A spawn request the server carries out, else ValueError"
+    # (the engine command exactly, options, a plain environment, real paths)
     argv, env = msg['argv'], msg['env']
-    if argv[:len(ENGINE_CMD)] != ENGINE_CMD: raise ValueError(f"argv does not start with the engine command {ENGINE_CMD}")
+    if argv[:len(ENGINE_CMD)] != ENGINE_CMD:
+        raise ValueError(f"argv does not start with the engine command {ENGINE_CMD}")
     if len(argv) > 256 or not all(isinstance(a, str) and a.startswith('--') and '\0' not in a
                                   for a in argv[len(ENGINE_CMD):]):
         raise ValueError("engine arguments must be at most 256 '--option' strings")
@@ -79,13 +82,15 @@ def check_spawn(msg:dict) -> dict:
         raise ValueError("env must map names to strings")
     if not (os.path.isabs(msg['cwd']) and os.path.isdir(msg['cwd'])): raise ValueError("cwd is not a folder")
     out = msg['output_file']
-    if not (os.path.isabs(out) and os.path.isdir(os.path.dirname(out))): raise ValueError("output_file's folder is missing")
+    if not (os.path.isabs(out) and os.path.isdir(os.path.dirname(out))):
+        raise ValueError("output_file's folder is missing")
     return msg
 
 # %% ../nbs/02a1_forkserver.ipynb #60cee3c1
 def set_cmdline(argv:list, # what `ps` and psutil should show for this process
                ) -> bool: # False where it could not (not Linux)
-    "Show `argv` as this process's command line, in the room its own had (cut to fit): a forked engine shows the engine command, not the server's"
+    "Show `argv` as this process's command line, in the room its own had (cut to fit)"
+    # (a forked engine shows the engine command, not the server's)
     try:
         import ctypes
         with open('/proc/self/stat') as f: fields = f.read().rsplit(')', 1)[1].split()
@@ -128,7 +133,8 @@ def _from_json(v):
     return {k: _from_json(x) for k, x in v.items()}
 
 def _nanny_waiting(kw_r:int, url_w:int):
-    "The pre-forked nanny: wait for the engine's arguments (JSON on a pipe only the two hold), then run as ipyparallel's"
+    "The pre-forked nanny: wait for the engine's arguments, then run as ipyparallel's"
+    # (the arguments come as JSON on a pipe only the two hold)
     os.setsid()  # (ipyparallel: start_new_session)
     set_cmdline([sys.executable, '-m', 'ipyparallel.engine.nanny'])  # as ipyparallel starts it
     with os.fdopen(kw_r, 'rb') as f: data = f.read(MAX_MSG + 1)
@@ -140,7 +146,8 @@ def _nanny_waiting(kw_r:int, url_w:int):
 
 def prefork_nanny(timeout:float=60, # seconds the engine waits for its nanny's address
                  ):
-    "In a forked engine, while it has one thread: fork its nanny now, to wait until the engine starts it (no new Python)"
+    "In a forked engine, while it has one thread: fork its nanny now (no new Python)"
+    # (the nanny waits until the engine starts it)
     kw_r, kw_w = os.pipe(); url_r, url_w = os.pipe()
     if os.fork() == 0:
         os.close(kw_w); os.close(url_r)
@@ -262,7 +269,8 @@ def _handle(ch, raw:bytes, kids:set, close:list) -> bool: # False: stop (the ker
 # %% ../nbs/02a1_forkserver.ipynb #42c84c26
 def serve(fd:int, # the server's end of the channel (a SOCK_SEQPACKET socket its owner made)
          ):
-    "The fork server: import what engines need once, then fork an engine per request and report how each exits; end with the channel"
+    "The fork server: import what engines need once, then fork an engine per request"
+    # (it reports how each exits, and ends with the channel)
     ch = socket.socket(fileno=fd)
     cred = ch.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)
     if int.from_bytes(cred[4:8], sys.byteorder) != os.getuid(): sys.exit("ddp_nb fork server: the peer is another user")
@@ -310,7 +318,8 @@ class ForkServer:
                                          stderr=subprocess.DEVNULL, start_new_session=True)
         finally: b.close()
         self.sock, self.ready, self.gone = a, threading.Event(), threading.Event()
-        self._cv, self._next, self._answers, self._exits, self._send_lock = threading.Condition(), 0, {}, {}, threading.Lock()
+        self._cv, self._next, self._answers, self._exits, self._send_lock = (threading.Condition(), 0, {}, {},
+                                                                           threading.Lock())
         self._reader = threading.Thread(target=self._read, daemon=True, name=f'ddp_nb-fork-server-{self.proc.pid}')
         self._reader.start()
 
@@ -442,11 +451,13 @@ def launchers() -> dict:
     from ipyparallel.cluster.launcher import LocalEngineLauncher, LocalEngineSetLauncher
 
     class ForkEngineLauncher(LocalEngineLauncher):
-        "ipyparallel's local engine launcher, forking the engine from its cluster's fork server (else starting it as before)"
+        "ipyparallel's local engine launcher, forking the engine from its cluster's fork server"
+        # (else starting it as before)
         def start(self):
             # (one that is gone is asked all the same: its error says so, and why, once)
             srv, env = _servers.get(self.cluster_id), {**os.environ, **self.get_env()}
-            why = ('no fork server' if srv is None else 'another engine command' if self.args[:len(ENGINE_CMD)] != ENGINE_CMD
+            why = ('no fork server' if srv is None
+                   else 'another engine command' if self.args[:len(ENGINE_CMD)] != ENGINE_CMD
                    else 'another environment' if import_env(env) != import_env(srv.env) else None)
             if why is None and self.state == 'before':
                 try: pid = srv.spawn(self.args, env, self.work_dir, self.output_file)

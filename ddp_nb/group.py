@@ -36,7 +36,8 @@ def plan_group(rs:RankSet, # the ranks; `rs.plan` is replaced
                fixed:dict|None=None, # engine id -> rank for engines that keep their rank
                timeout:float=120, # seconds for the engines to answer
               ) -> list: # the new plan
-    "Ask the engines for their facts and give each a rank, grouped by host (rank 0 on this notebook's host when it runs engines)"
+    "Ask the engines for their facts and give each a rank, grouped by host"
+    # (rank 0 on this notebook's host when it runs engines)
     # re-forming (reform, after a script): the same engines keep their ranks, spares stay out
     if ids is None and rs.plan:
         ids, fixed = ([p.engine_id for p in rs.plan],
@@ -87,7 +88,8 @@ def teardown(rs:RankSet, # the ranks
 def collector_host(rs:RankSet, # the ranks, planned
                    ifname:str|None=None, # the interface the cluster was told to use
                   ) -> str:
-    "Where the kernel's collector listens: loopback while every rank is on this host, else this host's address the ranks reach"
+    "Where the kernel's collector listens"
+    # (loopback while every rank is on this host, else this host's address the ranks reach)
     far = [p for p in rs.plan if (p.host_key or rs.me) != rs.me]
     if not far: return '127.0.0.1'
     if ifname and local_ipv4().get(ifname): return local_ipv4()[ifname][0]
@@ -98,7 +100,8 @@ def network(rs:RankSet, # the ranks
             backend:str, master_addr:str, master_port:int, # the process group's
             collector=None, # the dashboard's collector, if any
            ) -> list[dict]:
-    "What a cluster listens on, and where: the controller, rank 0's rendezvous store, gloo/nccl on each host, the dashboard collector"
+    "What a cluster listens on, and where"
+    # (the controller, rank 0's rendezvous store, gloo/nccl on each host, the dashboard collector)
     plan, mine = rs.plan, {ip for ips in local_ipv4().values() for ip in ips}
     here = next((p.host for p in plan if p.host_key == rs.me), f"this notebook ({socket.gethostname()})")
     try: nets = rs.call(rank.net_info, what='Reading interfaces', timeout=5)
@@ -120,7 +123,8 @@ def network(rs:RankSet, # the ranks
     return rows
 
 def release(rs:RankSet, timeout:float=5):
-    "Let go of an attached cluster's engines: their process group, store and reporter end; the engines stay for the next attach"
+    "Let go of an attached cluster's engines: their process group, store and reporter end"
+    # (the engines stay for the next attach)
     try:
         rs.call(rank.release, what='Releasing the ranks',
                 ranks=[p.rank for p in rs.plan if p.engine_id in rs.rc.ids], timeout=timeout)

@@ -19,7 +19,8 @@ MARK = 'ddp_nb::clock'  # marker events whose wall-clock time the sidecar record
 STEP = 'ddp_nb::step '  # step annotations: 'ddp_nb::step 0', ...
 
 def on_gpu(e:dict) -> bool:
-    "Whether a trace event is an annotation's copy on a GPU stream (with CUDA, torch.profiler draws each annotation there too)"
+    "Whether a trace event is an annotation's copy on a GPU stream"
+    # (with CUDA, torch.profiler draws each annotation there too)
     return e.get('cat') == 'gpu_user_annotation'
 
 def load_trace(path) -> dict:
@@ -54,11 +55,12 @@ class Steps:
         self._close(); self.n += 1; self._open()
 
 @contextmanager
-def profile_steps(path, # where this rank's Chrome trace goes (a sidecar with clock markers goes to path + '.ddp_nb.json')
+def profile_steps(path, # where this rank's Chrome trace goes (its clock-marker sidecar: path + '.ddp_nb.json')
                   cuda:bool|None=None, # also trace CUDA kernels; None: when CUDA is available
                   **kwargs, # more torch.profiler.profile arguments (record_shapes, with_stack, ...)
                  ):
-    "Profile the body with torch.profiler; call `.step()` after each step (none: the body is one step). Writes the trace and the sidecar"
+    "Profile the body with torch.profiler; call `.step()` after each step"
+    # (none: the body is one step). Writes the trace and the sidecar.
     import torch
     from torch.profiler import profile as tprofile, ProfilerActivity
     if cuda is None: cuda = torch.cuda.is_available()
@@ -100,7 +102,8 @@ def clock_offset(trace:dict, # this rank's trace
 
 # %% ../nbs/00g_profile.ipynb #9a27ad4b
 def _rank_events(trace:dict, rank:int, shift:float) -> list:
-    "This rank's events with pid=rank, ts shifted by `shift` µs; other processes' threads (GPU streams) get their own tids"
+    "This rank's events with pid=rank, ts shifted by `shift` µs"
+    # (other processes' threads, GPU streams, get their own tids)
     evs = trace['traceEvents']
     main = next((e['pid'] for e in evs if e.get('ph') == 'X' and e.get('name') == MARK and not on_gpu(e)), None)
     tids, out = {}, []
@@ -313,7 +316,8 @@ class Profile:
         "The timeline picture (shown as PNG in a notebook; the matplotlib figure is `.fig`)"
         return Picture(timeline(self.trace, steps))
     def __repr__(self): return f"{self.table}\n\n{self.verdict or 'No straggler.'}\n\nMerged trace: {self.path}"
-    def _repr_markdown_(self):  # names in the table come from the ranks' traces: markdown may hold HTML, so it is escaped
+    # names in the table come from the ranks' traces: markdown may hold HTML, so it is escaped
+    def _repr_markdown_(self):
         return (f"{html.escape(self.table)}\n\n**{html.escape(self.verdict or 'No straggler.')}**\n\nMerged trace "
                 f"(open in https://ui.perfetto.dev): `{self.path}`")
 

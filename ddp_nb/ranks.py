@@ -19,7 +19,9 @@ _IPP_FRAME = re.compile(r'^File (<string>:|.*[/\\]ipyparallel[/\\])')
 def clean_traceback(tb:str, # a rank's traceback as ipyparallel renders it
                     cell:str|None=None, # how to name the cell the code came from ('In[9]'); None: as the rank named it
                    ) -> str:
-    "A rank's traceback made plain: no colours, no '[3:apply]' header (an engine id, not the rank), no frames of ipyparallel's own (its apply machinery), the cell named as the notebook names it (the rank's 'Cell In[4]' counts its own cells)"
+    "A rank's traceback made plain: no colours, no engine header, no ipyparallel frames, the cell named"
+    # (the '[3:apply]' header is an engine id, not the rank; ipyparallel's frames are its apply machinery;
+    # the cell is named as the notebook names it: the rank's 'Cell In[4]' counts its own cells)
     tb = re.sub(r'\x1b\[[0-9;]*m', '', tb)
     tb = re.sub(r'^\[\d+:\w+\]:?[ \t]*\n', '', tb, flags=re.M)
     out, skip = [], False
@@ -31,7 +33,8 @@ def clean_traceback(tb:str, # a rank's traceback as ipyparallel renders it
     return tb if cell is None else re.sub(r'Cell In\[\d+\], line (\d+)', lambda m: f"{cell}, line {m[1]}", tb)
 
 def _notebook_cells(tb:str) -> str:
-    "Frames of functions defined in this notebook's cells (sent to the ranks: `cl.run(f)`) named 'In[3], line 2, in f()' and quoted from this kernel, which has their source (the rank has not)"
+    "Frames of functions defined in this notebook's cells named 'In[3], line 2, in f()'"
+    # (functions sent to the ranks: `cl.run(f)`; quoted from this kernel, which has their source: the rank has not)
     try:
         from IPython import get_ipython
         label = get_ipython().compile.format_code_name  # ('Cell', 'In[3]') for a cell's file name, None for others
@@ -45,7 +48,8 @@ def _notebook_cells(tb:str) -> str:
     return re.sub(r"^File (.+?):(\d+), in (.+)\n(?:.*Could not get source.*\n)?", named, tb, flags=re.M)
 
 class CallFailed(RuntimeError):
-    "A call into the ranks failed: the message names the ranks; in a notebook it shows under the traceback of the first rank that raised (no engine ids)"
+    "A call into the ranks failed: the message names the ranks"
+    # (in a notebook it shows under the traceback of the first rank that raised; no engine ids)
     def __init__(self, msg:str, detail:str=''):
         super().__init__(msg)
         self.detail = detail
@@ -72,7 +76,8 @@ def gather(ars:dict, # rank -> AsyncResult
                          + (f"; {name_ranks(silent)} did not answer" if silent else '') +
                          f". Rank {r}: {getattr(err, 'ename', type(err).__name__)}: {msg}", detail) from None
     if silent:
-        raise RuntimeError(f"{what}: {name_ranks(silent)} did not answer within {timeout:g}s: hung or dead? cl.where() shows their stacks.")
+        raise RuntimeError(f"{what}: {name_ranks(silent)} did not answer within {timeout:g}s: "
+                           "hung or dead? cl.where() shows their stacks.")
     return {r: ar.get() for r, ar in ars.items()}
 
 # %% ../nbs/02_ranks.ipynb #5684d46f
@@ -99,7 +104,8 @@ class RankSet:
 
     def __len__(self): return len(self.plan)
     def snapshot(self) -> RankSet:
-        "The same ranks as planned now, sharing the client and the ended engines (a restart replaces the plan list, never changes it: nothing is copied)"
+        "The same ranks as planned now, sharing the client and the ended engines"
+        # (a restart replaces the plan list, never changes it: nothing is copied)
         return copy.copy(self)
     def select(self, ranks=None) -> list[int]:
         "The ranks `ranks` names (int, list, '0,2', '1:3', 'all' or None for all), checked"
@@ -111,7 +117,8 @@ class RankSet:
         "engine id -> rank"
         return {p.engine_id: p.rank for p in self.plan}
     def is_local(self, rank:int) -> bool:
-        "Whether `rank` runs on this notebook's host (same hostname, network namespace and boot): its pid means something here"
+        "Whether `rank` runs on this notebook's host: its pid means something here"
+        # (same hostname, network namespace and boot)
         return (self.plan[rank].host_key or self.me) == self.me
     def ranks(self) -> list[Rank]:
         "Every rank as planned, with its state now (`status`)"
@@ -125,7 +132,8 @@ class RankSet:
              what:str|None=None, # what the ranks are doing, for the error; None: the function's name
              timeout:float=60, # seconds to wait for every answer
              **kwargs) -> dict: # rank -> result (rank -> AsyncResult when not `block`)
-        "Call `fn(*args, *each[rank], **kwargs)` on the selected ranks: rank -> result, or an error naming the ranks that raised or did not answer"
+        "Call `fn(*args, *each[rank], **kwargs)` on the selected ranks: rank -> result"
+        # (or an error naming the ranks that raised or did not answer)
         if each is not None and ranks is not None:
             raise ValueError("Pass ranks= or each= (its keys are the ranks called), not both.")
         own = ({r: tuple(each[r]) for r in self.select(list(each))} if each is not None
@@ -139,7 +147,8 @@ class RankSet:
                       what or f"{fn.__name__}()", timeout)
 
     def status(self) -> dict:
-        "rank -> `RankState` RUNNING (a task is pending), IDLE or DEAD (unregistered), read from the client without sending anything"
+        "rank -> `RankState` RUNNING, IDLE or DEAD, read from the client without sending anything"
+        # (RUNNING: a task is pending; DEAD: unregistered)
         engines, pending = engine_uuids(self.rc), pending_tasks(self.rc)
         out = {}
         for p in self.plan:
@@ -165,7 +174,8 @@ class RankSet:
     def ask_nannies(self, sig, ranks:list, # the ranks whose engines get `sig` (0: only checks they exist)
                     timeout:float=1.5, # seconds to wait for the answers, all together
                    ) -> list: # the ranks whose nanny did not answer ok in time
-        "Send `sig` to the engines of `ranks` through their nannies, without blocking; the ranks that did not answer (dead, stopped, cut off, or the controller is gone)"
+        "Send `sig` to the engines of `ranks` through their nannies, without blocking"
+        # Returns the ranks that did not answer (dead, stopped, cut off, or the controller is gone).
         futs = {}
         for r in ranks:
             eid = self.plan[r].engine_id
@@ -183,7 +193,8 @@ class RankSet:
     def silent(self, ranks:list, # ranks on other hosts
                 timeout:float=1.5, # seconds to wait for the answers
                ) -> list: # the ranks that did not answer
-        "Ranks whose engine does not answer a signal-0 request (its nanny checks the engine exists): dead, stopped, or cut off"
+        "Ranks whose engine does not answer a signal-0 request: dead, stopped, or cut off"
+        # (its nanny checks the engine exists)
         return self.ask_nannies(0, ranks, timeout)
 
     def signal(self, sig, ranks:list,

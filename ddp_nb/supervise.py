@@ -111,7 +111,8 @@ def _place(frame:tuple) -> str:
 def group_header(ranks:list, # the group's ranks
                  text:str, # its stack, or its state
                 ) -> str:
-    "One line for a group: its ranks as ranges, how many, and where they are (the call they wait in, the user's innermost frame)"
+    "One line for a group: its ranks as ranges, how many, and where they are"
+    # (where: the call they wait in, the user's innermost frame)
     many = len(ranks) > 1
     who = name_ranks(ranks, count=True)
     frames = stack_frames(text)
@@ -139,7 +140,8 @@ _QUOTED = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'')
 
 def call_at(line:str, # a line of source code
            ) -> str|None: # 'time.sleep'; None: no call on it, or several
-    "The one call on a line of source (what runs when a rank's innermost Python frame is this line: a call into C), else None"
+    "The one call on a line of source, else None"
+    # (what runs when a rank's innermost Python frame is this line: a call into C)
     s = _QUOTED.sub('""', line).split('#', 1)[0].strip()
     if re.match(r'(async\s+)?(def|class)\b', s): return None
     names = list(dict.fromkeys(n.strip('.') for n in _CALL.findall(s) if not keyword.iskeyword(n.split('.')[0])))
@@ -147,7 +149,8 @@ def call_at(line:str, # a line of source code
 
 def cell_file_name(code:str, # the code of a cell, as it was sent to the engines
                   ) -> str|None: # '283677858.py'; None without ipykernel
-    "The name (without its folder) ipykernel gives the file of a cell running `code`: how the ranks' stacks name that cell"
+    "The name (without its folder) ipykernel gives the file of a cell running `code`"
+    # (how the ranks' stacks name that cell)
     try: from ipykernel.compiler import get_tmp_hash_seed, murmur2_x86
     except Exception: return None
     return f"{murmur2_x86(code, get_tmp_hash_seed())}.py"
@@ -158,7 +161,8 @@ def rank_activity(stack:str, # the rank's stack, or its state (`where`)
                   recs:list|None=None, # its records of the collectives it issued (`read_records`), oldest first
                   line=lambda file, lineno: '', # the source text of a frame's line (`Supervisor.source_line`)
                  ) -> tuple: # (kind: 'waits', 'runs', 'stopped', 'dead' or 'unknown'; verb; the words after it)
-    "What one rank is doing: waiting in which collective (its op and number among this rank's), or running outside any collective at which line of the user's"
+    "What one rank is doing: waiting in which collective, or running at which line of the user's"
+    # (a collective by its op and number among this rank's; a line outside any collective)
     frames = stack_frames(stack)
     if not frames:
         s = stack.strip()
@@ -195,7 +199,8 @@ def hang_verdict(stacks:dict, # rank -> stack or state (`where`), of the ranks s
                  line=lambda file, lineno: '', # the source text of a frame's line (`Supervisor.source_line`)
                  n:int|None=None, # ranks in the cluster (beyond `FEW`, ranks are named as ranges with a count)
                 ) -> tuple: # (ranks the others wait for, ranks waiting in a collective, the sentence)
-    "Who waits for whom: the running ranks outside any collective (or stopped, or dead) first, then the ranks waiting in a collective and for whom"
+    "Who waits for whom: ranks running outside any collective first, then those waiting in one"
+    # (ranks stopped or dead come first too; the waiting ones say for whom)
     n = n or len(stacks) + len(finished)
     acts = {r: rank_activity(stacks[r], (records or {}).get(r), line) for r in sorted(stacks)}
     waiting = [r for r, a in acts.items() if a[0] == 'waits']
@@ -216,7 +221,7 @@ def hang_verdict(stacks:dict, # rank -> stack or state (`where`), of the ranks s
 
 # %% ../nbs/02c_supervise.ipynb #d2a87bda
 def show_stacks(rs:RankSet, stacks:dict, file=None):
-    "Print `where`'s answer: one block per rank for a few ranks, one block per group of ranks with the same stack beyond `FEW`"
+    "Print `where`'s answer: a block per rank, or per group of ranks with one stack beyond `FEW`"
     if len(stacks) > FEW: print(grouped_stacks(stacks), file=file); return
     for r, s in stacks.items(): print(f"--- {rs.plan[r].describe()}: " + ('\n' + s if '\n' in s else s), file=file)
 
@@ -238,7 +243,9 @@ class RankFailure(Exception):
     def _render_traceback_(self): return (self.detail + '\n' + self.summary).splitlines()
 
 class Interrupted(KeyboardInterrupt):
-    "The stop button (or `cl.interrupt()`) stopped a cell: its message is the one line that says how. A notebook shows that line alone (`magics.quiet_interrupts`): as plain output if `calm` (nothing lost), on stderr if not, not again if `shown` (printed already)"
+    "The stop button (or `cl.interrupt()`) stopped a cell: its message is the one line that says how"
+    # A notebook shows that line alone (`magics.quiet_interrupts`): as plain output if `calm` (nothing lost),
+    # on stderr if not, not again if `shown` (printed already).
     def __init__(self, msg:str='', calm:bool=False, shown:bool=False):
         super().__init__(msg)
         self.calm, self.shown = calm, shown
@@ -259,7 +266,8 @@ def cell_label() -> str:
 def _traceback(err, # a RemoteError
                cell:str='the cell', # how to name the cell the code came from
               ) -> str:
-    "A remote error's traceback as plain text, naming the notebook's cell instead of the engine's own counter (no engine ids, no frames of ipyparallel's)"
+    "A remote error's traceback as plain text, naming the notebook's cell, not the engine's counter"
+    # (no engine ids, no frames of ipyparallel's)
     try: tb = '\n'.join(err.render_traceback())
     except Exception: tb = f"{getattr(err, 'ename', type(err).__name__)}: {getattr(err, 'evalue', err)}"
     return clean_traceback(tb, cell)
@@ -271,7 +279,8 @@ def _one_line(err) -> str:
 
 def cell_place(err, # a RemoteError
               ) -> str|None:
-    "Where in the cell a rank's error was raised, from its traceback (IPython's 'Context' or 'Plain' mode): 'cell line 3: time.sleep(1)' (the innermost frame of cell code); None without one"
+    "Where in the cell a rank's error was raised: 'cell line 3: time.sleep(1)'; None without one"
+    # (read from its traceback, IPython's 'Context' or 'Plain' mode; the innermost frame of cell code)
     try: tb = '\n'.join(err.render_traceback())
     except Exception: return None
     lines = re.sub(r'\x1b\[[0-9;]*m', '', tb).splitlines()
@@ -300,7 +309,8 @@ def wait_for(ar, # an AsyncResult
         raise
 
 class Watch:
-    "What supervising one task (an AsyncResult, one child per rank) has seen: shared by a blocking wait and the background watcher"
+    "What supervising one task has seen: shared by a blocking wait and the background watcher"
+    # (a task: an AsyncResult, one child per rank)
     def __init__(self, ar, cell:str='the cell', blocking:bool=False,
                  rs:RankSet|None=None, # the ranks as planned when the task was sent (`RankSet.snapshot`)
                 ):
@@ -317,7 +327,8 @@ class Limits:
     hang_after = 'auto'
 
 class Supervisor:
-    "Watches every task sent to the ranks: ends ranks left stuck by a failed one, reports hangs, and fails with one clear `RankFailure`"
+    "Watches every task sent to the ranks: ends stuck ranks, reports hangs, fails with one `RankFailure`"
+    # (the stuck ranks: those left waiting by a failed one)
     def __init__(self, rs:RankSet, # the ranks (its plan may change: restarts)
                  cluster_id:str, # the cluster's id (where the ranks write their stacks)
                  timeout:float=60, # the process group's timeout
@@ -348,7 +359,8 @@ class Supervisor:
         return w
 
     def watched(self, view):
-        "`view` (a DirectView), its tasks supervised by the background watcher, blocking or not, and checked before they are sent (`ready`)"
+        "`view` (a DirectView), its tasks supervised by the background watcher, blocking or not"
+        # (and checked before they are sent: `ready`)
         return supervised_view(view, lambda ar, blocking: self.watch(ar, blocking=blocking, result=True),
                                before=self.ready)
 
@@ -358,7 +370,8 @@ class Supervisor:
 
     def outside(self, every:float=0.5, # seconds between looks (a look may ask the controller)
                ) -> str|None:
-        "The message once the cluster was found stopped outside this notebook (its controller gone; then its unfinished tasks are marked and `on_gone` runs); None while it runs"
+        "The message once the cluster was found stopped outside this notebook; None while it runs"
+        # (its controller gone; then its unfinished tasks are marked and `on_gone` runs)
         if self.stopped_outside is None and time.monotonic() - self._t_gone >= every:
             with self._gone_lock:
                 if self.stopped_outside is not None: return self.stopped_outside
@@ -387,7 +400,8 @@ class Supervisor:
         return {r: s for r, (s, _) in w.states.items()}
 
     def step(self, w:Watch) -> bool:
-        "One look at a supervised task: note failures, end ranks still running `grace` s after one failed, report hangs; True once it is over"
+        "One look at a supervised task; True once it is over"
+        # (it notes failures, ends ranks still running `grace` s after one failed, reports hangs)
         rs, ar, now = w.rs or self.rs, w.ar, time.monotonic()
         if self.outside(): w.gone = self.stopped_outside; return True  # nothing more can arrive
         done = ar.ready()
@@ -429,13 +443,16 @@ def hang_limit(interval:float|None, # seconds between the running ranks' reports
                timeout:float=60, # the process group's timeout (a deadlock ends there anyway)
                waiting:bool=True, # a rank waits in a collective (or no record tells)
               ) -> float: # seconds without progress before the watchdog speaks
-    "The adaptive `hang_after`: 10 s once a rank finished while others wait; else 5 report intervals of this cell (at least 10 s); else 10 s while a rank waits in a collective, or half the group timeout (10 to 30 s) while none does"
+    "The adaptive `hang_after`"
+    # 10 s once a rank finished while others wait; else 5 report intervals of this cell (at least 10 s);
+    # else 10 s while a rank waits in a collective, or half the group timeout (10 to 30 s) while none does.
     if finished: return 10.0
     if interval: return max(10.0, 5 * interval)
     return 10.0 if waiting else min(30.0, max(10.0, timeout / 2))
 
 def desync_states(rs:RankSet, states:dict) -> dict:
-    "rank -> the words of `collectives.desync_report` ('running', 'finished', 'raised', 'dead', 'stopped', 'lost') for a task's states"
+    "rank -> the words of `collectives.desync_report` for a task's states"
+    # ('running', 'finished', 'raised', 'dead', 'stopped', 'lost')
     # (a cooperative stop finished)
     words = {RankState.OK: 'finished', RankState.STOPPED: 'finished', RankState.ERROR: 'raised', RankState.DEAD: 'dead',
              RankState.LOST: 'lost'}
@@ -445,7 +462,8 @@ def desync_states(rs:RankSet, states:dict) -> dict:
 
 @patch
 def desync(self:Supervisor, states:dict) -> str|None:
-    "What the ranks' recent collectives say: the first one where they disagree, dead or stopped ranks named as such (None: in step, or not recorded)"
+    "What the ranks' recent collectives say: the first one where they disagree"
+    # (dead or stopped ranks named as such; None: in step, or not recorded)
     try: return desync_report(read_records(self.cluster_id, self.rs.select()), desync_states(self.rs, states))
     except Exception: return None
 
@@ -457,7 +475,8 @@ def stopped_ranks(rs:RankSet, ranks:list) -> list:
 def _reports(self:Supervisor, running:list,
              since:float|None=None, # time.time() from which reports count (the cell's start); None: all
             ) -> dict:
-    "rank -> (times of its 9 newest reports since `since`, seconds between its batches), of the `running` ranks that reported; read under the collector's lock"
+    "rank -> (its 9 newest report times since `since`, seconds between its batches)"
+    # (of the `running` ranks that reported; read under the collector's lock)
     col, out = self.progress(), {}
     if col is None: return out
     with col.lock:  # its thread changes them as batches arrive
@@ -483,7 +502,8 @@ def stalled(reports:dict, # from `Supervisor._reports`
 
 @patch
 def _hanging(self:Supervisor, w:Watch, running:list, states:dict) -> bool:
-    "Whether the watchdog should speak: a rank stopped (SIGSTOP) for `grace` s, or no progress for `hang_after` (or `hang_limit`) s"
+    "Whether the watchdog should speak"
+    # (a rank stopped (SIGSTOP) for `grace` s, or no progress for `hang_after` (or `hang_limit`) s)
     stopped = stopped_ranks(self.rs, running)
     w.t_stop = (w.t_stop or time.monotonic()) if stopped else None
     if stopped and time.monotonic() - w.t_stop > self.limits.grace: return True
@@ -515,7 +535,8 @@ def _waiting(self:Supervisor, w:Watch, running:list,
 
 @patch
 def source_line(self:Supervisor, file:str, lineno:int) -> str:
-    "The text of line `lineno` of `file` as a rank ran it: a cell sent through the cluster's views (known by its hash), else a file here"
+    "The text of line `lineno` of `file` as a rank ran it"
+    # (a cell sent through the cluster's views, known by its hash, else a file here)
     code = self.sources.get(Path(file).name) if _CELL_NAME.search(file) else None
     if code is not None:
         lines = code.splitlines()
@@ -543,7 +564,9 @@ def doing(self:Supervisor, ranks:list, # the ranks to look at (their stacks are 
 
 @patch
 def hang_report(self:Supervisor, running:list, waited:float, finished:list=()):
-    "Print the stuck ranks, who waits for whom (`hang_verdict`), the ranks that already finished (a skipped collective?), every rank's stack (grouped beyond `FEW` ranks), and the ways out"
+    "Print the stuck ranks, who waits for whom, every rank's stack and the ways out"
+    # (who waits: `hang_verdict`; also the ranks that already finished (a skipped collective?);
+    # the stacks grouped beyond `FEW` ranks)
     stacks, n = where(self.rs, self.cluster_id, running), len(self.rs)
     try: records = read_records(self.cluster_id, running)
     except Exception: records = {}
@@ -557,7 +580,8 @@ def hang_report(self:Supervisor, running:list, waited:float, finished:list=()):
     if desync: print(desync[:1].upper() + desync[1:], file=sys.stderr)
     if finished:
         print(f"{_cap(name_ranks(finished))} already FINISHED the cell while {name_ranks(running)} "
-              f"{agree(running, 'waits', 'wait')}: a collective that {name_ranks(finished)} skipped (one inside `if rank == ...:`)? Every rank "
+              f"{agree(running, 'waits', 'wait')}: a collective that {name_ranks(finished)} skipped "
+              f"(one inside `if rank == ...:`)? Every rank "
               f"must issue the same collectives.", file=sys.stderr)
     show_stacks(self.rs, stacks, file=sys.stderr)
     print("Ways out: the stop button or cl.interrupt() (ranks stuck in a collective are ended), cl.restart() to "
@@ -574,7 +598,8 @@ def issued_counts(rs:RankSet, ranks:list|None=None, # ranks to ask; None: all
 def rank_lines(others:list, # [(rank, what follows 'rank R' in its line)]
                n:int, # ranks in the cluster
               ) -> list: # the lines
-    "'  rank R: ...' for each rank in a cluster of up to `FEW` ranks; beyond, ranks with the same words share a line ('  ranks 2–63: ...')"
+    "'  rank R: ...' per rank up to `FEW` ranks; beyond, ranks with the same words share a line"
+    # (a shared line: '  ranks 2–63: ...')
     if n <= FEW: return [f"  rank {r}{t}" for r, t in others]
     groups = {}
     for r, t in others: groups.setdefault(t, []).append(r)
@@ -589,7 +614,7 @@ def failure(self:Supervisor, states:dict, first:list, ended:list, cell:str='the 
             stopped:list=(), # ranks found stopped (SIGSTOP) and ended: the cause, not victims
             doing:dict|None=None, # rank -> what an ended rank was doing (`rank_activity`), read before it was ended
            ) -> RankFailure:
-    "The error for a cell that failed: the first failing rank's traceback, then one line per other rank, then what to do"
+    "The error for a failed cell: the first failing rank's traceback, a line per other rank, what to do"
     rs, n = rs or self.rs, len(states)
     # ended on purpose: no deaths
     why = {r: w for r in states if states[r][0] == RankState.DEAD and r not in ended and (w := rs.ended_why(r))}
@@ -658,7 +683,8 @@ def _ended_line(self:Supervisor, act:tuple|None, # what the rank was doing when 
                 origin:int, # the rank where the failure started
                 timed_out:bool=False, # the origin's error is its collective's timeout
                ) -> str:
-    "What follows 'rank R' for a rank ended because it still ran `grace` s after rank `origin` failed: what it was doing, as its stack said"
+    "What follows 'rank R' for a rank ended after rank `origin` failed: what it was doing"
+    # (a rank still running `grace` s after the failure; what its stack said)
     g, end = self.limits.grace, ", and was ended: its state is lost."
     if act and act[0] == 'waits':
         return f": was still running {g:g}s after, waiting {act[2]} (most likely for rank {origin})" + end
@@ -686,7 +712,8 @@ def _start(self:Supervisor):
 def _loop(self:Supervisor, every:float=0.1, # seconds between looks
                 notice_after:float=0.5, # seconds a finished failed task waits for someone to claim it before the notice
                ):
-    "Background thread: supervise the tasks nobody waits for (`%%px --noblock`, `apply_async`, `view.execute(block=False)`)"
+    "Background thread: supervise the tasks nobody waits for"
+    # (`%%px --noblock`, `apply_async`, `view.execute(block=False)`)
     while self.active:  # (stop() ends this first: the ends of its engines are no failures)
         for w in list(self.watches):
             if w.claimed or not self.active or not w.lock.acquire(blocking=False): continue
@@ -703,7 +730,8 @@ def _loop(self:Supervisor, every:float=0.1, # seconds between looks
 
 @patch
 def _notice(self:Supervisor, w:Watch):
-    "Print what happened to a failed task nobody waited for (a blocking caller gets the error itself: only ended ranks are told)"
+    "Print what happened to a failed task nobody waited for"
+    # (a blocking caller gets the error itself: only ended ranks are told)
     if not w.first or (w.blocking and not w.ended): return
     w.failure = f = self._failure(w)
     try: w.ar.failure = f
@@ -724,7 +752,9 @@ def _notice_gone(self:Supervisor, w:Watch):
 def result(self:Supervisor, ar, # a task sent through a supervised view
            timeout:float|None=None, # seconds to wait; None: until it ends
           ):
-    "Before `ar.get()` returns or raises: wait as a blocking cell does, and raise the error it would (ranks named, the cause first; `ClusterGone` once the controller is gone). A blocking call's errors stay ipyparallel's"
+    "Before `ar.get()` returns or raises: wait as a blocking cell does, and raise the error it would"
+    # (ranks named, the cause first; `ClusterGone` once the controller is gone).
+    # A blocking call's errors stay ipyparallel's.
     w, deadline = self.watch(ar), None if timeout is None else time.monotonic() + timeout
     if not (self.active or ar.ready() or w.gone or w.interrupted):  # its answer can never come
         raise RuntimeError(f"The cluster was stopped (cl.stop()) before this task ({task_name(ar)}, sent in "
@@ -751,7 +781,9 @@ def result(self:Supervisor, ar, # a task sent through a supervised view
 @patch
 def relabel(self:Supervisor, w:Watch, err, # ipyparallel's own error of the task (`RemoteError`, `CompositeError`)
            ):
-    "Make ipyparallel's error of a blocking call (`cl.run`, `cl.view.execute`, `cl.view['x']`) show by rank: each rank's traceback under '--- rank R', a rank with the same error named once, a death said as one; no engine ids, no frames of ipyparallel's. Its type stays ipyparallel's"
+    "Make ipyparallel's error of a blocking call show by rank; its type stays ipyparallel's"
+    # (blocking calls: `cl.run`, `cl.view.execute`, `cl.view['x']`.) Each rank's traceback goes under '--- rank R',
+    # a rank with the same error is named once, a death is said as one; no engine ids, no frames of ipyparallel's.
     items = getattr(err, 'elist', None)
     if items is None:
         items = [(err.ename, err.evalue, err.traceback, err.engine_info)] if hasattr(err, 'engine_info') else []
@@ -784,7 +816,8 @@ def _by_rank(parts:dict, # rank -> what it did
 
 def stop_line(states:dict, # rank -> (state, error) of the interrupted task (`RankSet.states`)
              ) -> str|None: # None unless every rank stopped cooperatively
-    "The one line for a cooperative stop: 'stopped at step 37/150 on every rank — re-run the cell to continue' (`StopRequested` says where)"
+    "The one line for a cooperative stop (`StopRequested` says where)"
+    # e.g. 'stopped at step 37/150 on every rank — re-run the cell to continue'
     if not states or any(s != RankState.STOPPED for s, _ in states.values()): return None
     where = {r: (str(getattr(e, 'evalue', '') or '').strip().splitlines() or ['stopped'])[0]
              for r, (_, e) in states.items()}
@@ -794,7 +827,8 @@ def stop_line(states:dict, # rank -> (state, error) of the interrupted task (`Ra
 
 def interrupted_line(states:dict, # rank -> (state, error) of the interrupted task; {}: unknown
                     ) -> str:
-    "Where each rank was when a cell that does not stop cooperatively was interrupted: 'interrupted: every rank was at cell line 2: time.sleep(1)', or rank by rank"
+    "Where each rank was when a cell that does not stop cooperatively was interrupted"
+    # e.g. 'interrupted: every rank was at cell line 2: time.sleep(1)', or rank by rank
     def what(s, e):
         if s == RankState.OK: return 'had finished the cell'
         if s == RankState.STOPPED: return (str(getattr(e, 'evalue', '') or '').strip().splitlines() or ['stopped'])[0]
@@ -811,7 +845,8 @@ def interrupted_line(states:dict, # rank -> (state, error) of the interrupted ta
 def ready(self:Supervisor,
           targets=None, # engine ids a task is about to go to (an int, a list), or None / 'all': every rank
          ):
-    "Before a task is sent: fail at once if the cluster was stopped outside this notebook, or, naming them, if ranks it goes to died while idle"
+    "Before a task is sent: fail at once if the cluster was stopped or its ranks died"
+    # (stopped outside this notebook; or, naming them, ranks it goes to that died while idle)
     why = self.outside(every=0)
     if why: raise ClusterGone(why)
     rs = self.rs

@@ -128,7 +128,8 @@ class _Step:
     def __exit__(self, *exc): self.timer.end(self.step)
 
 class StepTimer:
-    "Splits each training step of this rank into data wait, compute, communication wait and optimizer time, and reports it"
+    "Splits each training step of this rank into phases and reports it"
+    # (data wait, compute, communication wait and optimizer time)
     def __init__(self,
                  model=None, # the (DDP) model: the wait for its gradient all-reduces becomes t_comm; None: no hooks
                  device=None, # the rank's device (CUDA: event timing); None: the model's device, else CPU
@@ -152,7 +153,8 @@ class StepTimer:
         return self.marks[-1][0] if self.marks else None
 
     def phase(self, name:str):
-        "Run the body (`with timer.phase('opt'):`) as phase `name`, then return to the phase before it (compute, by default)"
+        "Run the body (`with timer.phase('opt'):`) as phase `name`, then return to the phase before it"
+        # (compute, by default)
         return _Phase(self, name)
     def data(self): "The body is data wait"; return self.phase('data')
     def compute(self): "The body is forward/backward"; return self.phase('compute')
@@ -185,7 +187,8 @@ class StepTimer:
         self._drain()
 
     def step(self, step:int|None=None): # the step number to report; None: one more than the last
-        "Run the body (`with timer.step(i):`) as one step, compute unless marked otherwise; a data wait timed just before it belongs to it"
+        "Run the body (`with timer.step(i):`) as one step, compute unless marked otherwise"
+        # (a data wait timed just before it belongs to it)
         return _Step(self, step)
 
     def iter(self, iterable):
