@@ -36,13 +36,16 @@ def _timed(fn, note):
     return wrapper
 
 
+CALLS = ('call', 'call_engines')  # RankSet's ways into the ranks (a rank's own arguments: call(each=...))
+
+
 @contextmanager
 def instrumented(ends: dict, steps: list):
     "Wrap the steps of `DDPCluster.start` (`ENDS`) and the ranks' calls: phase -> end time into `ends`, (what, seconds) into `steps`"
-    saved = [(o, n, getattr(o, n)) for o, n in ENDS.values()] + [(RankSet, n, getattr(RankSet, n)) for n in ('call', 'call_each', 'call_engines')]
+    saved = [(o, n, getattr(o, n)) for o, n in ENDS.values()] + [(RankSet, n, getattr(RankSet, n)) for n in CALLS]
     try:
         for ph, (o, n) in ENDS.items(): setattr(o, n, _timed(getattr(o, n), lambda t, dt, ph=ph: ends.__setitem__(ph, t)))
-        for n in ('call', 'call_each', 'call_engines'):
+        for n in CALLS:
             f = getattr(RankSet, n)
             def step(self, *a, _f=f, **kw):
                 t = time.perf_counter()
