@@ -6,6 +6,12 @@ import psutil, pytest
 from conftest import ours
 from ddp_nb import DDPCluster
 from ddp_nb.forkserver import MAX_MSG, ForkServerError, encode, fork_server
+
+
+@pytest.fixture(autouse=True)
+def _fork_server_on(monkeypatch):
+    "These tests are about the fork server, which is off by default for now"
+    monkeypatch.setenv('DDP_NB_FORK_SERVER', '1')
 from ddp_nb.processes import cluster_procs
 
 
@@ -23,7 +29,7 @@ def parent(pid): return psutil.Process(pid).ppid()
 @pytest.fixture(scope='module')
 def cl():
     assert ours() == [], "processes from an earlier test are still running"
-    c = DDPCluster(n=2).start()
+    c = DDPCluster(n=2, fork_server=True).start()
     yield c
     cid = c.cluster_id
     c.stop()
