@@ -110,7 +110,7 @@ def run(rounds=5, n=2, cells=30):
             S[side].append(t)
             print(f"round {r+1}/{rounds} {side}: ready in {t:.2f}s", flush=True)
     m = {k: med(v) for k, v in S.items() if 'phases' not in k}
-    rows = [['`DDPCluster(n=2).start()`', f"{m['ddp']:.2f} s", '1.00', ''],
+    rows = [['`DDPCluster(n=2, fork_server=True).start()`', f"{m['ddp']:.2f} s", '1.00', ''],
             ['the same, `fork_server=False` (each engine a new Python, as before)', f"{m['popen']:.2f} s",
              f"{m['ddp'] / m['popen']:.2f}", 'ddp_nb ≤ 1.0' + (' ✓' if m['ddp'] <= m['popen'] else ' (missed)')],
             ['bare `ipp.Cluster(n=2)` (same controller settings) + hand-written `init_process_group`', f"{m['bare']:.2f} s",
@@ -122,13 +122,13 @@ def run(rounds=5, n=2, cells=30):
     return (f"### 4. Start-up: until the process group is formed and checked ({n} ranks)\n\n"
             f"{rounds} rotating rounds, medians.\n\n"
             + table(['side', 'median', 'ddp_nb / side', 'goal'], rows)
-            + "\n\nWhere `DDPCluster(n=2).start()` spends its time (`cl.start_phases`, medians): the engines' own start (Python, "
+            + "\n\nWhere `DDPCluster(n=2, fork_server=True).start()` spends its time (`cl.start_phases`, medians): the engines' own start (Python, "
               "ipyparallel: *registration*) and their torch import (*engine facts* waits for it) are most of it.\n\n"
             + phase_table(S['phases'])
             + "\n\nThe same with `fork_server=False` (each engine a new Python, its torch imported in the background):\n\n"
             + phase_table(S['popen_phases'])
             + "\n\nA replaced rank: `kill -9` of one engine, then `cl.restart()` and a cell with one all-reduce (medians):\n\n"
-            + table(['side', 'median', 'goal'], [['fork server (default)', f"{m['replace']:.2f} s", '≤ 0.5 s'
+            + table(['side', 'median', 'goal'], [['fork server', f"{m['replace']:.2f} s", '≤ 0.5 s'
                                                   + (' ✓' if m['replace'] <= 0.5 else ' (missed)')],
                                                  ['`fork_server=False`', f"{m['popen_replace']:.2f} s", '']])
             + f"\n\nThe same clusters' warm all-reduce `%%px` cell, run in-process by IPython ({cells} cells a round):\n\n"
