@@ -30,7 +30,7 @@ def main(argv=None):
             lambda: startup.run(1, 2, 3) if f else startup.run(5, 2, 30),
             lambda: monitor.run(1, 0.3) if f else monitor.run(5, 3),
             lambda: memory.run(),
-            lambda: gpu.run(1, 0.3) if f else gpu.run(3, 2),
+            lambda: gpu.run(1, 3) if f else gpu.run(3, 20),
             lambda: stopvote.run(1, 0.3, (3,)) if f else stopvote.run(5, 3),
             lambda: compile_warm.run(1, cold=False) if f else compile_warm.run(3),
             lambda: collectives.run(1, 0.5) if f else collectives.run(3, 2),

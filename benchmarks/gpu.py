@@ -1,9 +1,10 @@
 """GPU step time: a ddp_nb rank vs `torchrun --nproc_per_node=1`, the same DDP-wrapped MLP on the same GPU (nccl).
 
-    python -m benchmarks.gpu [--rounds 3] [--seconds 2] [--out FILE]      # "no GPU" where there is none
-    python -m benchmarks.gpu --configs 0 --rounds 7 --seconds 1 --no-timer --no-threads   # the launch-bound row alone
-    python -m benchmarks.gpu --explain [--out FILE] [--trace-dir DIR]     # where the smallest step's time goes, each side
-    as a torchrun worker: python -m benchmarks.gpu --worker --out FILE [--explain [--trace FILE]]"""
+    python -m benchmarks.gpu [--rounds 3] [--windows 20] [--out FILE]      # "no GPU" where there is none
+    python -m benchmarks.gpu --configs 0 --no-timer                        # the launch-bound row alone
+    python -m benchmarks.gpu --explain [--out FILE] [--trace-dir DIR]      # where the smallest step's time goes, each side
+    as a torchrun worker: python -m benchmarks.gpu --pair-worker | --worker --explain --out FILE [--trace FILE]
+BENCH_GPU_REHEARSAL=1 runs it on CPU ranks (gloo), to check the code where there is no GPU."""
 import argparse, gzip, json, os, subprocess, sys, tempfile, time
 from pathlib import Path
 from benchmarks.common import med, table, torchrun_cmd, machine, ROOT
@@ -11,39 +12,6 @@ from benchmarks.common import med, table, torchrun_cmd, machine, ROOT
 # (MLP width, batch): from launch-bound (the Python and kernel-launch cost of a step shows) to compute-bound
 CONFIGS = ((1024, 64), (4096, 1024), (8192, 4096))
 HEAD = "### 7. GPU: ddp_nb vs `torchrun --nproc_per_node=1`"
-
-
-def gpu_steps(configs, seconds: float = 2, seed: int = 0, digest_steps: int = 10) -> list:
-    "On a rank with a CUDA device and a process group: for each (width, batch), ms per DDP step (CUDA events) and a weights digest"
-    import hashlib, time, torch, torch.nn as nn, torch.nn.functional as F, torch.distributed as dist
-    from torch.nn.parallel import DistributedDataParallel as DDP
-    dev = torch.device('cuda', torch.cuda.current_device())
-    out = []
-    for width, batch in configs:
-        torch.manual_seed(seed)
-        m = DDP(nn.Sequential(nn.Linear(width, width), nn.ReLU(), nn.Linear(width, width), nn.ReLU(), nn.Linear(width, 10)).to(dev),
-                device_ids=[dev.index])
-        opt = torch.optim.SGD(m.parameters(), lr=1e-3)
-        g = torch.Generator(device=dev).manual_seed(seed + dist.get_rank())
-        x, y = torch.randn(batch, width, device=dev, generator=g), torch.randint(0, 10, (batch,), device=dev, generator=g)
-        def step():
-            loss = F.cross_entropy(m(x), y); opt.zero_grad(set_to_none=True); loss.backward(); opt.step()
-        for _ in range(digest_steps): step()   # also the warm-up
-        h = hashlib.sha256()
-        for p in m.module.parameters(): h.update(p.detach().cpu().numpy().tobytes())
-        torch.cuda.synchronize(dev); t = time.perf_counter()
-        for _ in range(5): step()
-        torch.cuda.synchronize(dev)
-        steps = max(10, int(seconds / ((time.perf_counter() - t) / 5)))
-        dist.barrier()
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        for _ in range(steps): step()
-        b.record(); b.synchronize()
-        out.append(dict(width=width, batch=batch, steps=steps, ms=a.elapsed_time(b) / steps, digest=h.hexdigest()))
-        m = opt = x = y = None   # free the GPU memory before the next size
-        torch.cuda.empty_cache()
-    return out
 
 
 def timed_steps(width: int = 4096, batch: int = 768, blocks: int = 20, steps: int = 50, seed: int = 0) -> dict:
@@ -87,67 +55,152 @@ def worker_result(how: str, cmd: list, env: dict) -> object:
         return json.load(open(out))
 
 
-def torchrun_side(configs, seconds: float, env: dict | None = None) -> list:
-    "One `torchrun --nproc_per_node=1` launch timing every config (`env`: variables added to the launch's)"
-    which = ','.join(str(CONFIGS.index(c)) for c in configs)
-    return worker_result('torchrun', torchrun_cmd(1, 'benchmarks.gpu', '--worker', '--seconds', seconds, '--configs', which,
-                                                  '--out', 'OUT'), dict(os.environ, **(env or {})))
+# ---- paired windows: both sides alive at once, taking turns on the GPU
+_PAIR = {}   # on a rank (ddp_nb engine or torchrun worker): the model, optimizer and batch pair_window steps
 
 
-def worker(seconds: float, out: str, configs=CONFIGS):
-    "A torchrun worker: nccl on its LOCAL_RANK's GPU, the configs timed, rank 0 writes the result"
+def pair_build(width: int, batch: int, seed: int = 0) -> dict:
+    "On a rank: build a config's DDP MLP, optimizer and batch, keep them for pair_window; the weights digest after 10 steps"
+    import hashlib, torch, torch.nn as nn, torch.nn.functional as F, torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    _PAIR.clear()
+    cuda = torch.cuda.is_available()   # False only in the CPU rehearsal (BENCH_GPU_REHEARSAL=1), which checks this code
+    if cuda: torch.cuda.empty_cache()
+    dev = torch.device('cuda', torch.cuda.current_device()) if cuda else torch.device('cpu')
+    torch.manual_seed(seed)
+    m = DDP(nn.Sequential(nn.Linear(width, width), nn.ReLU(), nn.Linear(width, width), nn.ReLU(), nn.Linear(width, 10)).to(dev),
+            device_ids=[dev.index] if cuda else None)
+    opt = torch.optim.SGD(m.parameters(), lr=1e-3)
+    g = torch.Generator(device=dev).manual_seed(seed + dist.get_rank())
+    x, y = torch.randn(batch, width, device=dev, generator=g), torch.randint(0, 10, (batch,), device=dev, generator=g)
+    def step():
+        loss = F.cross_entropy(m(x), y); opt.zero_grad(set_to_none=True); loss.backward(); opt.step()
+    for _ in range(10): step()
+    h = hashlib.sha256()
+    for p in m.module.parameters(): h.update(p.detach().cpu().numpy().tobytes())
+    _PAIR.update(step=step, dev=dev, cuda=cuda)
+    pair_window(40)   # warm-up
+    return dict(digest=h.hexdigest(), step_ms=pair_window(5))
+
+
+def pair_window(steps: int) -> float:
+    "On a rank: `steps` steps of the kept model, ms per step by CUDA events (wall time in the CPU rehearsal)"
+    import time, torch
+    step, dev = _PAIR['step'], _PAIR['dev']
+    if not _PAIR['cuda']:
+        t = time.perf_counter()
+        for _ in range(steps): step()
+        return (time.perf_counter() - t) / steps * 1e3
+    torch.cuda.synchronize(dev)
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record()
+    for _ in range(steps): step()
+    b.record(); b.synchronize()
+    return a.elapsed_time(b) / steps
+
+
+def pair_worker():
+    "A torchrun worker serving the driver: a JSON request a line on stdin (build or window), a 'PAIR <json>' line back"
     import torch, torch.distributed as dist
     from datetime import timedelta
-    dev = torch.device('cuda', int(os.environ.get('LOCAL_RANK', 0)))
-    torch.cuda.set_device(dev)
-    dist.init_process_group('nccl', timeout=timedelta(seconds=120), device_id=dev)
-    try: r = gpu_steps(configs, seconds)
+    if torch.cuda.is_available():
+        dev = torch.device('cuda', int(os.environ.get('LOCAL_RANK', 0)))
+        torch.cuda.set_device(dev)
+        dist.init_process_group('nccl', timeout=timedelta(seconds=120), device_id=dev)
+    else: dist.init_process_group('gloo', timeout=timedelta(seconds=120))
+    try:
+        for line in sys.stdin:
+            q = json.loads(line)
+            r = pair_build(*q['build']) if 'build' in q else pair_window(q['window'])
+            print('PAIR ' + json.dumps(r), flush=True)
     finally: dist.destroy_process_group()
-    if int(os.environ.get('RANK', 0)) == 0: Path(out).write_text(json.dumps(r))
 
 
-def run(rounds: int = 3, seconds: float = 2, configs=CONFIGS, timer: bool = True, threads: bool = True) -> str:
-    "The GPU section, as markdown ('not measured' without a GPU): every side a fresh process each round"
+class TorchrunSide:
+    "A live `torchrun --nproc_per_node=1` worker (pair_worker) answering build and window requests, each within a deadline"
+    def __init__(self):
+        import queue, threading
+        self.p = subprocess.Popen(torchrun_cmd(1, 'benchmarks.gpu', '--pair-worker'), cwd=ROOT, stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+        self.q, self.lines = queue.Queue(), []
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        for line in self.p.stdout:
+            if line.startswith('PAIR '): self.q.put(json.loads(line[5:]))
+            else: self.lines.append(line)
+        self.q.put(None)
+
+    def ask(self, timeout: float = 120, **req) -> object:
+        "Send one request; its answer, or an error with the worker's output when none comes within `timeout` s"
+        import queue
+        self.p.stdin.write(json.dumps(req) + '\n'); self.p.stdin.flush()
+        try: r = self.q.get(timeout=timeout)
+        except queue.Empty: r = None
+        if r is None: raise RuntimeError(f"the torchrun worker did not answer {req} in {timeout} s: {''.join(self.lines)[-2000:]}")
+        return r
+
+    def close(self):
+        "End the worker (stdin closed: it leaves its loop), killing it after 60 s"
+        self.p.stdin.close()
+        try: self.p.wait(60)
+        except subprocess.TimeoutExpired: self.p.kill(); self.p.wait(10)
+
+
+def paired(configs, rounds: int = 3, windows: int = 20, window_s: float = 0.25) -> dict:
+    "Each round a new ddp_nb cluster (n=1) and a new torchrun worker, alive together; per config, windows alternate between them"
+    from ddp_nb import DDPCluster
+    from benchmarks import gpu as rank_side   # imported by name, so a rank keeps _PAIR between calls
+    res = {c: dict(ours=[], theirs=[], ratios=[], digests=set()) for c in configs}
+    for r in range(rounds):
+        theirs = TorchrunSide()
+        try:
+            with DDPCluster(n=1) as cl:
+                for c in configs:
+                    a, t = cl.run(rank_side.pair_build, *c)[0], theirs.ask(build=list(c))
+                    res[c]['digests'] |= {a['digest'], t['digest']}
+                    steps = max(5, round(window_s * 1e3 / t['step_ms']))
+                    for w in range(windows):
+                        ours_first = (r + w) % 2 == 0
+                        x = cl.run(rank_side.pair_window, steps)[0] if ours_first else theirs.ask(window=steps)
+                        y = theirs.ask(window=steps) if ours_first else cl.run(rank_side.pair_window, steps)[0]
+                        o, th = (x, y) if ours_first else (y, x)
+                        res[c]['ours'].append(o); res[c]['theirs'].append(th); res[c]['ratios'].append(o / th)
+                    print(f"gpu round {r + 1}/{rounds}, width {c[0]}: ddp_nb {med(res[c]['ours'][-windows:]):.3f} ms, "
+                          f"torchrun {med(res[c]['theirs'][-windows:]):.3f} ms, ratio {med(res[c]['ratios'][-windows:]):.3f}",
+                          flush=True)
+        finally: theirs.close()
+    return res
+
+
+def run(rounds: int = 3, windows: int = 20, configs=CONFIGS, timer: bool = True) -> str:
+    "The GPU section, as markdown (the last GPU run's section, or 'not measured', without a GPU)"
     import torch
-    if not torch.cuda.is_available():  # the last GPU run's section (make test-gpu on a lent machine), where there is one
+    if not (torch.cuda.is_available() or os.environ.get('BENCH_GPU_REHEARSAL')):
         last = Path(ROOT) / 'benchmarks' / 'results_gpu.md'
         return last.read_text().rstrip() if last.exists() else f"{HEAD}\n\nNot measured in this run: this machine has no GPU."
-    from ddp_nb import DDPCluster
-    # A launch-bound step's time varies ±20% between processes (where the OS puts the main and autograd threads): a
-    # torchrun side is a new process each round, so the ddp_nb side is too (a new cluster), or one process's luck decides.
-    res = {'ddp_nb': [], 'torchrun': []} | ({'threads': []} if threads else {})
-    with DDPCluster(n=1) as cl: env = {'OMP_NUM_THREADS': cl.run(side_facts)[0]['env']['OMP_NUM_THREADS']}  # what ddp_nb gives a rank
-    def ours():
-        with DDPCluster(n=1) as cl:
-            assert cl.backend == 'nccl', cl
-            return cl.run(gpu_steps, configs, seconds)[0]
-    for r in range(rounds):
-        for side in (list(res) if r % 2 == 0 else list(res)[::-1]):
-            res[side].append(ours() if side == 'ddp_nb' else torchrun_side(configs, seconds, env if side == 'threads' else None))
-        print(f"gpu round {r + 1}/{rounds}: " + ', '.join(f"{k} {[round(c['ms'], 3) for c in v[-1]]} ms" for k, v in res.items()),
-              flush=True)
-    if timer:
-        with DDPCluster(n=1) as cl: tc = [cl.run(timed_steps)[0] for _ in range(rounds)]
+    # A launch-bound step's time varies by ±20% from one process to the next and from one second to the next: both
+    # sides stay alive together and take turns, so each pair of windows sees the same machine at the same time.
+    res = paired(configs, rounds, windows)
     rows = []
-    for i, (w, b) in enumerate(configs):
-        ms = {k: [o[i]['ms'] for o in v] for k, v in res.items()}
-        a, t = med(ms['ddp_nb']), med(ms['torchrun'])
-        e = med(ms['threads']) if threads else None
-        like = a / e if threads else a / t
-        same = {o[i]['digest'] for v in res.values() for o in v}
-        spread = lambda xs: f"{min(xs):.3f}–{max(xs):.3f}"
-        rows.append([f"MLP width {w}, batch {b}", f"{a:.3f} ({spread(ms['ddp_nb'])})", f"{t:.3f} ({spread(ms['torchrun'])})",
-                     f"{a / t:.3f}"] + ([f"{e:.3f} ({spread(ms['threads'])})"] if threads else [])
-                    + [f"**{like:.3f}**" + ('' if 0.98 <= like <= 1.02 else ' (missed)'), 'yes' if len(same) == 1 else '**no**'])
-    n = env['OMP_NUM_THREADS']
-    return (f"{HEAD}\n\n{torch.cuda.get_device_name(0)}, torch {torch.__version__} (CUDA {torch.version.cuda}), one rank on nccl. "
-            f"Same DDP-wrapped 3-layer MLP, seeds and data (on the GPU) on every side; a step's time from CUDA events over about "
-            f"{seconds:g} s of steps after a warm-up, launch excluded; {rounds} alternating rounds, each side a new process every "
-            "round (a new cluster for ddp_nb); medians (min–max). Weights compared after 10 steps."
-            + (f" torchrun runs twice: as launched by default, and given the thread count ddp_nb gives its rank ({n}); the second is"
-               " the like-for-like ratio (goal 0.98–1.02)." if threads else " Goal: ratio 0.98–1.02.") + "\n\n"
-            + table(['model', 'ddp_nb ms/step', 'torchrun ms/step', 'ratio'] + ([f"torchrun, {n} threads, ms/step"] if threads else [])
-                    + ['like-for-like ratio', 'bit-identical weights'], rows)
+    for (w, b), v in res.items():
+        q = sorted(v['ratios'])
+        m = med(q)
+        rows.append([f"MLP width {w}, batch {b}", f"{med(v['ours']):.3f}", f"{med(v['theirs']):.3f}",
+                     f"**{m:.3f}**" + ('' if 0.98 <= m <= 1.02 else ' (missed)'), f"{q[len(q) // 4]:.3f}–{q[3 * len(q) // 4]:.3f}",
+                     'yes' if len(v['digests']) == 1 else '**no**'])
+    if timer:
+        from ddp_nb import DDPCluster
+        with DDPCluster(n=1) as cl: tc = [cl.run(timed_steps)[0] for _ in range(rounds)]
+    name = torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'CPU rehearsal'
+    return (f"{HEAD}\n\n{name}, torch {torch.__version__} (CUDA {torch.version.cuda}), one rank on nccl. The same DDP-wrapped "
+            "3-layer MLP, seeds and data (on the GPU) on both sides. Each round starts a new ddp_nb cluster and a new "
+            "`torchrun --nproc_per_node=1` worker; both stay alive and take turns on the GPU, a window of steps each "
+            f"(about 0.25 s, timed by CUDA events), {windows} windows a side per model, {rounds} rounds. The ratio is ddp_nb's "
+            "window over the torchrun window next to it: median and middle half over every pair (goal 0.98–1.02). "
+            "Weights compared after 10 steps.\n\n"
+            + table(['model', 'ddp_nb ms/step', 'torchrun ms/step', 'ratio (paired windows)', 'middle half of the pairs',
+                     'bit-identical weights'], rows)
             + ("\n\n" + timer_section(tc) if timer else ''))
 
 
@@ -318,7 +371,7 @@ def explain_section(res: dict, same: dict) -> str:
 def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument('--rounds', type=int, default=3)
-    ap.add_argument('--seconds', type=float, default=2)
+    ap.add_argument('--windows', type=int, default=20, help="windows of steps a side, per model and round")
     ap.add_argument('--out', default=None)
     ap.add_argument('--worker', action='store_true')
     ap.add_argument('--explain', action='store_true')
@@ -326,13 +379,14 @@ def main(argv=None):
     ap.add_argument('--trace', default=None)   # a worker's profiler trace file
     ap.add_argument('--configs', default=None, help="indices into CONFIGS, e.g. '0' (the launch-bound one); default all")
     ap.add_argument('--no-timer', action='store_true', help="leave out the StepTimer rows")
-    ap.add_argument('--no-threads', action='store_true', help="leave out torchrun given ddp_nb's thread count")
+    ap.add_argument('--pair-worker', action='store_true')
     a = ap.parse_args(argv)
     configs = tuple(CONFIGS[int(i)] for i in a.configs.split(',')) if a.configs else CONFIGS
-    if a.worker: return explained_worker(a.out, a.trace) if a.explain else worker(a.seconds, a.out, configs)
+    if a.pair_worker: return pair_worker()
+    if a.worker: return explained_worker(a.out, a.trace)
     t0 = time.time()
     text = (explain(a.rounds, a.trace_dir) if a.explain else
-            run(a.rounds, a.seconds, configs, timer=not a.no_timer, threads=not a.no_threads))
+            run(a.rounds, a.windows, configs, timer=not a.no_timer))
     text = f"Machine: {machine()}  \nCommand: `python -m benchmarks.gpu` ({time.time() - t0:.0f} s, {time.strftime('%Y-%m-%d')}).\n\n{text}\n"
     if a.out: Path(a.out).write_text(text)
     print(text)

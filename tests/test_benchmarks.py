@@ -19,6 +19,19 @@ def test_benchmarks_run(tmp_path, no_leftovers):
     assert '| yes |' in text, text + shown(r)   # bit-identical to torchrun, even in the short run
 
 
+@pytest.mark.slow   # about a minute on 2 cores
+@pytest.mark.timeout(300)
+def test_gpu_benchmark_rehearsal(tmp_path, no_leftovers):
+    "The GPU benchmark's paired design runs on CPU ranks (gloo): a ddp_nb rank and a torchrun worker alive together, in turns"
+    out = tmp_path / 'gpu.md'
+    r = run([sys.executable, '-m', 'benchmarks.gpu', '--configs', '0', '--rounds', '1', '--windows', '2', '--no-timer',
+             '--out', str(out)], cwd=ROOT, timeout=280, env=dict(os.environ, BENCH_GPU_REHEARSAL='1'))
+    row = next(l for l in out.read_text().splitlines() if l.startswith('| MLP width 1024, batch 64 |'))
+    cells = [c.strip() for c in row.strip('|').split('|')]
+    assert float(cells[1]) > 0 and float(cells[2]) > 0, row + shown(r)   # both sides timed their windows
+    assert cells[-1] == 'yes', row + shown(r)   # the same weights after 10 steps on both sides
+
+
 def test_benchmarks_leave_no_ipython_dir(tmp_path):
     "Importing the benchmarks makes a private IPython profile only when none is set, and removes it at exit"
     env = {k: v for k, v in os.environ.items() if k != 'IPYTHONDIR'} | dict(TMPDIR=str(tmp_path))

@@ -1,8 +1,8 @@
 """Write README.md from nbs/index.ipynb (Quarto, which nbdev_readme needs, cannot be installed here).
 
 Markdown cells are copied, code cells become ```python blocks, `#| hide` cells are dropped, directives stripped.
-Three markers are filled from their sources: `<!-- generated: benchmarks -->` (the sections of benchmarks/results.md),
-`<!-- generated: peers -->` (the medians of its peers section as a short table) and `<!-- generated: layout -->` (one row per library notebook: its module and the summary under its title).
+Four markers are filled from their sources: `<!-- generated: benchmarks -->` (the sections of benchmarks/results.md),
+`<!-- generated: peers -->` (the medians of its peers section as a short table), `<!-- generated: gpu -->` (its GPU section's ratios in a line) and `<!-- generated: layout -->` (one row per library notebook: its module and the summary under its title).
 `python tools/make_readme.py --check` exits 1 when README.md is out of date."""
 import json, re, sys
 from pathlib import Path
@@ -47,6 +47,22 @@ def peers(path=ROOT/'benchmarks'/'results.md') -> str:
                              "(spread, counts, versions and how each is measured there)."])
 
 
+def gpu(path=ROOT/'benchmarks'/'results.md') -> str:
+    "One line from the results file's GPU section (7): the paired-window ratio at each step size, and the GPU"
+    text = Path(path).read_text()
+    sec = next((s for s in text.split('\n### ')[1:] if s.startswith('7. ')), None)
+    rows = [[c.strip() for c in l.strip().strip('|').split('|')] for l in (sec or '').splitlines() if l.startswith('| MLP')]
+    m = re.search(r'GPU: ([^;\n]+);', sec or '')
+    if not rows or m is None: return '(the GPU section is not in the results file yet: `python -m benchmarks.gpu` on a GPU)'
+    title = sec.splitlines()[0]
+    steps = ', '.join(f"{r[3].strip('*')} at {float(r[2]):.1f} ms" for r in rows)
+    return (f"On a GPU ({m.group(1)}, one rank on nccl) a DDP step in a ddp_nb rank takes what it takes in a torchrun worker, "
+            f"timed in turns at the same moments: ratio {steps} (a launch-bound step to a compute-bound one), "
+            + ('bit-identical weights' if all(r[-1] == 'yes' for r in rows) else '**weights differ**')
+            + f"; [{title.split(':')[0]}](benchmarks/results.md#{anchor(title)}) says why figures taken at different moments "
+            "swing at the smallest step.")
+
+
 def layout(nbs=ROOT/'nbs') -> str:
     "A table of the library's notebooks: notebook, module, and the summary line under the notebook's title"
     rows = ['| notebook | module | what it holds |', '|---|---|---|']
@@ -58,7 +74,7 @@ def layout(nbs=ROOT/'nbs') -> str:
         rows.append(f"| [{p.stem}](nbs/{p.name}) | `ddp_nb.{mod}` | {summary} |")
     return '\n'.join(rows)
 
-GENERATED = {'<!-- generated: benchmarks -->': benchmarks, '<!-- generated: peers -->': peers, '<!-- generated: layout -->': layout}
+GENERATED = {'<!-- generated: benchmarks -->': benchmarks, '<!-- generated: peers -->': peers, '<!-- generated: gpu -->': gpu, '<!-- generated: layout -->': layout}
 
 def render(nb_path=ROOT/'nbs'/'index.ipynb') -> str:
     "README text for the notebook at `nb_path`"
