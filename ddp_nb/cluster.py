@@ -54,7 +54,7 @@ class DDPCluster:
                  start_timeout:float=120, # seconds to wait for the engines to register
                  persistent:bool=False, # outlive this process (`ddp_nb list` finds it, `ddp_nb stop ID` ends it)
                  port:int|None=None, # rendezvous port on rank 0's host; None: a free one (fix it for a firewall)
-                 # local engines forked from a warm fork server (torch imported once); None: only with DDP_NB_FORK_SERVER=1
+                 # local engines forked from a warm fork server (torch imported once); None: unless DDP_NB_FORK_SERVER=0
                  fork_server:bool|None=None,
                  **ipp_kwargs, # to `ipyparallel.Cluster` (config=, controller_ip=, ...); local: controller on 127.0.0.1
                 ):
@@ -742,6 +742,7 @@ def restart(self:DDPCluster,
         raise RuntimeError("No cluster to restart: call cl.start() first (restart replaces ranks of a started "
                            "cluster).")
     ranks, t0 = self._to_replace(ranks), time.monotonic()
+    if self._collector is not None: self._collector.replacing(ranks)  # the dashboard's runs: what came before
     self._sup.claim_all()  # tasks of replaced ranks end here: no notices from the background watcher
     if ranks: self._ranks.end(ranks, why='was ended by cl.restart()')  # also one the controller dropped that still runs
     keep = {p.engine_id: p.rank for p in self._ranks.plan if p.rank not in ranks}

@@ -42,12 +42,14 @@ def _replacement(old:RankReport, # the replaced engine's state
                  # seconds after the old engine's last message in which other ranks' points still came before
                  # the restart
                  slack:float=1.0,
+                 until:float|None=None, # when cl.restart began (`Collector.replacing`): no later point came before
                 ) -> RankReport:
     ("The state of a new engine in `old`'s rank (cl.restart): none of the old numbers; the step its run had reached "
      "when the old engine ended decides its first point's run")
     rs = RankReport(old.rank)
     # the old engine ended about when it sent its last message (heartbeats: every batch interval)
     end = (old.last_t or old.seen) + slack
+    if until is not None: end = min(end, until)  # (a restart quicker than `slack`: points after it came after)
     reached = [s.step for s in [old, *(ranks or {}).values()]
                # (not what came after)
                if s.run == old.run and s.step is not None and (s is old or (s.rate and s.rate[-1][0] <= end))]
@@ -109,6 +111,7 @@ class Collector:
         self.history, self.ranks, self.listeners, self.tick = History(cap), {}, [], tick
         self.finals = []  # called once by close(), after the thread ended: the dashboards' last frames
         self.version, self.received, self.newest_t, self.stopped = 0, 0, 0., False
+        self.restarts = {}  # rank -> when cl.restart began replacing its engine (`replacing`)
         self.lock, self.errors = threading.RLock(), set()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True, name='ddp_nb-collector')
@@ -171,7 +174,8 @@ def _fold(self:Collector, msg:dict, now:float|None=None):
     rs = self.ranks.get(r)
     if rs is None: rs = self.ranks[r] = RankReport(r)
     # cl.restart gave the rank a new engine
-    if rs.pid is not None and msg['pid'] != rs.pid: rs = self.ranks[r] = _replacement(rs, self.ranks)
+    if rs.pid is not None and msg['pid'] != rs.pid:
+        rs = self.ranks[r] = _replacement(rs, self.ranks, until=self.restarts.pop(r, None))
     rs.pid, rs.host, rs.seen, rs.busy = msg['pid'], msg['host'], now or time.time(), msg['busy']
     # inside a cooperative stop region: how long a stop would take
     rs.stop_eta, rs.every = msg.get('stop_eta'), msg.get('every', 0.1)
@@ -210,6 +214,14 @@ def _run_of_new_engine(self:Collector, rs:RankReport, # a new engine's state (`_
     reached = getattr(rs, 'reached', None)
     # back to an earlier step: the next run, the others follow
     return rs.run + 1 if reached is not None and first < reached else rs.run
+
+# %% ../nbs/02f1_collector.ipynb #26b3c6a2
+@patch
+def replacing(self:Collector, ranks:list, # ranks whose engines cl.restart is about to replace
+              t:float|None=None, # when (default: now)
+             ):
+    "Note that `cl.restart` begins replacing the engines of `ranks`: no point stamped later came before the restart"
+    with self.lock: self.restarts.update({r: time.time() if t is None else t for r in ranks})
 
 # %% ../nbs/02f1_collector.ipynb #b7c11549
 @patch

@@ -14,10 +14,10 @@ from .compat_ipp import adopt_process, replace_nanny_start
 log = logging.getLogger('ddp_nb.forkserver')
 
 # %% auto #0
-__all__ = ['log', 'FORK_SERVER_ENV', 'MAX_MSG', 'IMPORT_ENV', 'SERVE_CMD', 'TITLE_ROOM', 'TO_SERVER', 'TO_KERNEL',
-           'ForkServerError', 'use_fork_server', 'import_env', 'encode', 'decode', 'check_spawn', 'set_cmdline',
-           'reseed', 'prefork_nanny', 'serve', 'ForkServer', 'start_fork_server', 'fork_server', 'stop_fork_server',
-           'ForkedProcess', 'launchers']
+__all__ = ['log', 'FORK_SERVER_ENV', 'MAX_MSG', 'IMPORT_ENV', 'SERVE_CMD', 'TITLE_ROOM', 'TO_SERVER', 'TO_KERNEL', 'LATER',
+           'IDLE_BEFORE_LATER', 'forked_with', 'ForkServerError', 'use_fork_server', 'import_env', 'encode', 'decode',
+           'check_spawn', 'set_cmdline', 'reseed', 'prefork_nanny', 'serve', 'ForkServer', 'start_fork_server',
+           'fork_server', 'stop_fork_server', 'ForkedProcess', 'launchers']
 
 # %% ../nbs/02a1_forkserver.ipynb #79159476
 FORK_SERVER_ENV = 'DDP_NB_FORK_SERVER'  # '0': local engines start as before, each a new `python -c` (no fork server)
@@ -32,10 +32,9 @@ class ForkServerError(RuntimeError):
 
 def use_fork_server(asked:bool|None=None, # `DDPCluster(fork_server=...)`; None: the environment decides
                    ) -> bool:
-    "Whether local engines are forked from a fork server: as asked, else only with DDP_NB_FORK_SERVER=1"
+    "Whether local engines are forked from a fork server: as asked, else unless DDP_NB_FORK_SERVER=0"
     if asked is not None: return bool(asked)
-    # off by default until a restart's first points join the dashboard's run as before (tests/test_soak.py)
-    return os.environ.get(FORK_SERVER_ENV, '0').strip().lower() not in ('0', 'false', 'no', 'off')
+    return os.environ.get(FORK_SERVER_ENV, '1').strip().lower() not in ('0', 'false', 'no', 'off')
 
 def import_env(env:dict) -> dict:
     "The variables of `env` that libraries read once, when they load (threads, allocators, paths)"
@@ -66,7 +65,7 @@ def decode(b:bytes, # one datagram as received (read with room for one byte more
 TO_SERVER = {'spawn': dict(id=int, argv=list, env=dict, cwd=str, output_file=str), 'stop': {}}
 TO_KERNEL = {'ready': dict(pid=int), 'failed': dict(why=str), 'spawned': dict(id=int, pid=int),
              'refused': dict(id=int, why=str),
-             'exit': dict(pid=int, code=int)}
+             'exit': dict(pid=int, code=int), 'later': dict(modules=list)}
 
 # %% ../nbs/02a1_forkserver.ipynb #4d86b68b
 def check_spawn(msg:dict) -> dict:
@@ -183,8 +182,25 @@ def _warm():
     import ipyparallel.engine.app, ipyparallel.engine.nanny
     import ddp_nb.rank, ddp_nb.report, ddp_nb.context, ddp_nb.collectives
     # (not the records' `warm_up`: without collectives it imports little, yet would mark the engines warm; the
-    # ~800 modules it imports in a rank, importing here would delay every start)
+    # ~800 modules it imports in a rank, importing here would delay every start: `_warm_later` does, when idle)
     assert not torch.cuda.is_initialized(), "the fork server must never touch CUDA"
+
+# what a rank's collective records import when they first warm up (`collectives.warm_up`: torch's symbolizer,
+# ~800 modules, 1.5 s on 2 cores): imported once the server is idle, so later engines (replacements) start with them
+LATER = ('torch._inductor.standalone_compile',)
+IDLE_BEFORE_LATER = 3.0  # seconds without a request first: the first engines' own start is not slowed by it
+forked_with = ()  # in an engine the server forked: the modules of `LATER` it had already imported
+
+def _warm_later() -> list:
+    "`LATER`'s modules, imported in the idle server (one thread: no fork can land inside an import); those imported"
+    import importlib, threading, torch
+    done = []
+    for m in LATER:
+        try: importlib.import_module(m); done.append(m)
+        except Exception as e: log.info("fork server: %s not imported ahead (%r); engines import it themselves", m, e)
+    # (forking stays safe only while the server has one thread, and CUDA untouched)
+    assert threading.active_count() == 1 and not torch.cuda.is_initialized(), "importing ahead started a thread or CUDA"
+    return done
 
 def _exit_code(e:SystemExit) -> int:
     if e.code is None or isinstance(e.code, int): return e.code or 0
@@ -207,6 +223,8 @@ def _child(req:dict, close:list):
         sys.argv = ['-c'] + req['argv'][len(ENGINE_CMD):]
         set_cmdline(req['argv'])  # (`ps`, and whatever finds engines by their command)
         reseed()
+        global forked_with
+        forked_with = tuple(m for m in LATER if m in sys.modules)
         prefork_nanny()
         from ddp_nb.processes import engine_main
         try: engine_main(); code = 0
@@ -286,11 +304,12 @@ def serve(fd:int, # the server's end of the channel (a SOCK_SEQPACKET socket its
     done = []
     signal.signal(signal.SIGCHLD, lambda *a: None)  # (wakes the select through the pipe)
     signal.signal(signal.SIGTERM, lambda *a: done.append(1))
-    kids, close, asked = set(), [fd, wake_r, wake_w], False
+    kids, close, asked, later = set(), [fd, wake_r, wake_w], False, False
     _send(ch, op='ready', pid=os.getpid())
     try:
         while not done:
-            r, _, _ = select.select([ch, wake_r], [], [], 5.)
+            r, _, _ = select.select([ch, wake_r], [], [], 5. if later else IDLE_BEFORE_LATER)
+            if not r and not later: _send(ch, op='later', modules=_warm_later()); later = True
             if wake_r in r:
                 try: os.read(wake_r, 4096)
                 except BlockingIOError: pass
@@ -313,6 +332,7 @@ class ForkServer:
         a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.timeout, self.env = timeout, dict(env)
         self.failure = None  # why the server failed, as it said
+        self.later = None  # the modules it imported ahead once idle (`LATER`), when it says so
         try:  # (its own output goes nowhere: it sends why it failed; each engine's goes to its output file)
             self.proc = subprocess.Popen(SERVE_CMD + [str(b.fileno()), ' ' * TITLE_ROOM], pass_fds=[b.fileno()],
                                          env=self.env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
@@ -338,6 +358,7 @@ def _read(self:ForkServer):
                 if msg['op'] == 'ready': self.ready.set()
                 elif msg['op'] == 'failed': self.failure = msg['why']
                 elif msg['op'] == 'exit': self._exits[msg['pid']] = msg['code']
+                elif msg['op'] == 'later': self.later = [m for m in msg['modules'] if isinstance(m, str)]
                 else: self._answers[msg['id']] = msg
                 self._cv.notify_all()
     except OSError: log.debug("fork server: channel closed", exc_info=True)

@@ -5,13 +5,7 @@ import json, os, signal, threading, time
 import psutil, pytest
 from conftest import ours
 from ddp_nb import DDPCluster
-from ddp_nb.forkserver import MAX_MSG, ForkServerError, encode, fork_server
-
-
-@pytest.fixture(autouse=True)
-def _fork_server_on(monkeypatch):
-    "These tests are about the fork server, which is off by default for now"
-    monkeypatch.setenv('DDP_NB_FORK_SERVER', '1')
+from ddp_nb.forkserver import LATER, MAX_MSG, ForkServerError, encode, fork_server
 from ddp_nb.processes import cluster_procs
 
 
@@ -110,6 +104,20 @@ def test_exit_status_reported_and_restart_forks(cl):
     wait_until(lambda: cl._ranks.gone() == [1], what='rank 1 seen gone')
     assert cl._death(1, new) == 'exited with status 3'
     cl.restart()
+
+
+def test_idle_server_imports_ahead_for_replacements(cl):
+    "Once idle, the server imports what a rank's records import later: a replacement is forked with it, the first not"
+    srv = fork_server(cl.cluster_id)
+    wait_until(lambda: srv.later is not None, 90., what="the server's imports ahead")
+    assert srv.later == list(LATER) and srv.proc.poll() is None
+    pid = cl._ranks.plan[1].pid
+    os.kill(pid, signal.SIGKILL)
+    wait_until(lambda: not psutil.pid_exists(pid), what='the killed engine gone')
+    cl.restart()
+    cl.run('import ddp_nb.forkserver as _f; _w = list(_f.forked_with)')
+    assert (cl.pull('_w', rank=0), cl.pull('_w', rank=1)) == ([], list(LATER))
+    assert cl.run('t = torch.ones(1); dist.all_reduce(t)\n_v = t.item()') is None and cl.pull('_v') == 2.
 
 
 def test_killed_server_falls_back(cl, caplog):
