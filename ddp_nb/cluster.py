@@ -702,6 +702,27 @@ def _replacements(self:DDPCluster, ranks:list, # the ranks being replaced
                            "--file=<ipcontroller-engine.json>`, or a new Slurm job), then call cl.restart() again.")
     return new_ids[:len(ranks)]
 
+# %% ../nbs/02g_cluster.ipynb #74301b17
+@patch
+def _heal(self:DDPCluster, new:list, # the new ranks
+          kept:list, # the ranks that kept their state
+         ) -> dict: # what happened, for `_restarted_line`
+    "Heal `new` from the lowest kept rank (`ddp_nb.heal`): its namespace, big tensors over the group, DDP again"
+    from ddp_nb.heal import offer, ddp_names, heal_rank
+    src, t0 = min(kept), time.monotonic()
+    try:
+        o = self._ranks.call(offer, ranks=[src], what=f"packing rank {src}'s namespace", timeout=self.timeout)[src]
+        have = self._ranks.call(ddp_names, ranks=kept, what='naming the DDP models', timeout=self.timeout)
+        wrap = sorted(set.intersection(*map(set, have.values())) - set(o['skipped']))  # (the same on every rank)
+        send = dict(role='send', to=new, rewrap=wrap)
+        recv = dict(role='recv', src=src, rewrap=wrap, **{k: o[k] for k in ('skeleton', 'specs', 'own', 'rng')})
+        each = {r: (send if r == src else recv if r in new else dict(role='keep', rewrap=wrap),)
+                for r in range(self.world_size)}
+        res = self._ranks.call(heal_rank, each=each, what='healing', timeout=self.timeout + o['nbytes'] / 20e6)
+    except Exception as e: return dict(src=src, error=f"{type(e).__name__}: {str(e).strip()[:300]}")
+    return dict(src=src, names=res[new[0]]['names'], skipped=o['skipped'], rewrapped=wrap, nbytes=o['nbytes'],
+                moved_s=max(res[r]['moved_s'] for r in new), took=time.monotonic() - t0)
+
 # %% ../nbs/02g_cluster.ipynb #de5cffaf
 @patch
 def _regroup(self:DDPCluster, keep:dict, # engine id -> rank, for the engines that keep their rank and state
@@ -720,23 +741,35 @@ def _restarted_line(ranks:list, # the ranks replaced
                     kept:list, # the ranks that kept their state
                     port:int, # the new group's port
                     took:float, # seconds the restart took
+                    healed:dict|None=None, # what `DDPCluster._heal` did (None: no heal)
                    ) -> str:
     "What a restart says it did, and what to re-run"
-    new = f"{name_ranks(ranks)} {agree(ranks, 'is a new engine', 'are new engines')} (state lost), " if ranks else ''
-    return (f"Restarted in {took:.1f}s: " + new
+    h, engines = healed or {}, agree(ranks, 'is a new engine', 'are new engines')
+    if h and 'error' not in h:
+        new = (f"{name_ranks(ranks)} {engines}, healed from rank {h['src']} in {h['took']:.1f}s ({len(h['names'])} "
+               f"names, {h['nbytes'] / 2**20:.1f} MiB over the process group in {h['moved_s']:.2f}s), ")
+    elif h: new = f"{name_ranks(ranks)} {engines} (state lost: the heal from rank {h['src']} failed: {h['error']}), "
+    else: new = f"{name_ranks(ranks)} {engines} (state lost), " if ranks else ''
+    line = (f"Restarted in {took:.1f}s: " + new
             + (f"{name_ranks(kept)} kept {agree(kept, 'its', 'their')} state; " if kept else '')
-            + f"new process group on port {port}. "
-            + (f"{name_ranks(ranks).capitalize()} {agree(ranks, 'is', 'are')} new: re-run your setup cells "
-               "(imports, data, model, optimizer) on every rank." if ranks else
-               "Rebuild what was bound to the old group (model = rewrap(model))."))
+            + f"new process group on port {port}. ")
+    if h and 'error' not in h:
+        line += (f"DDP wrapped again on every rank: {', '.join(h['rewrapped'])}. " if h['rewrapped'] else '')
+        line += (f"Not carried: {'; '.join(f'{k} ({why})' for k, why in h['skipped'].items())}: re-run the cells "
+                 f"that make them on {name_ranks(ranks)}. " if h['skipped'] else '')
+        return line + "Re-run the interrupted cell to go on (fit continues from its last completed step)."
+    return line + (f"{name_ranks(ranks).capitalize()} {agree(ranks, 'is', 'are')} new: re-run your setup cells "
+                   "(imports, data, model, optimizer) on every rank." if ranks else
+                   "Rebuild what was bound to the old group (model = rewrap(model)).")
 
 # %% ../nbs/02g_cluster.ipynb #434a552b
 @patch
 def restart(self:DDPCluster,
             ranks:list|str|None=None, # ranks to replace; None: the dead and the busy (stuck) ones; 'all': every rank
             wait:float=30, # engines on other hosts: seconds to wait for enough spare engines (you start them)
+            heal:bool=True, # give the new ranks a survivor's `%%px` namespace (`ddp_nb.heal`); False: they start empty
            ) -> DDPCluster:
-    "Replace dead or stuck engines with fresh ones, keep the others and their ranks, and form a new process group"
+    "Replace dead or stuck engines with fresh ones (healed from a survivor), keep the others, form a new process group"
     if self._stopped_outside(): return self._start_again()  # nothing left to keep
     if self._rc is None:
         raise RuntimeError("No cluster to restart: call cl.start() first (restart replaces ranks of a started "
@@ -747,7 +780,9 @@ def restart(self:DDPCluster,
     if ranks: self._ranks.end(ranks, why='was ended by cl.restart()')  # also one the controller dropped that still runs
     keep = {p.engine_id: p.rank for p in self._ranks.plan if p.rank not in ranks}
     self._regroup(keep, self._replacements(ranks, wait))
-    print(_restarted_line(ranks, sorted(keep.values()), self.master_port, time.monotonic() - t0))  # plain output
+    kept = sorted(keep.values())
+    healed = self._heal(ranks, kept) if heal and ranks and kept else None
+    print(_restarted_line(ranks, kept, self.master_port, time.monotonic() - t0, healed))  # plain output
     return self
 
 # %% ../nbs/02g_cluster.ipynb #1ab22c59

@@ -215,7 +215,7 @@ def _run_of_new_engine(self:Collector, rs:RankReport, # a new engine's state (`_
     # back to an earlier step: the next run, the others follow
     return rs.run + 1 if reached is not None and first < reached else rs.run
 
-# %% ../nbs/02f1_collector.ipynb #26b3c6a2
+# %% ../nbs/02f1_collector.ipynb #84c9969d
 @patch
 def replacing(self:Collector, ranks:list, # ranks whose engines cl.restart is about to replace
               t:float|None=None, # when (default: now)

@@ -13,6 +13,7 @@ LAYERS = {
     'batch': ('rank', 6), 'horovod': ('rank', 7), 'to_script': ('kernel', 8),
     'seeding': ('rank', 4), 'stopping': ('rank', 4), 'wrap': ('rank', 4), 'loader': ('rank', 5), 'checkpoint': ('rank', 6),
     'train': ('rank', 7),  # fit; it re-exports the five parts below it
+    'heal': ('rank', 6),  # a replaced rank's namespace from a survivor (`cl.restart`)
     'history': ('kernel', 5), 'plot': ('kernel', 5), 'collector': ('kernel', 6),  # the dashboard's parts (it re-exports them)
     'ranks': ('kernel', 8), 'engines': ('kernel', 8), 'outputs': ('kernel', 8), 'dashboard': ('kernel', 8), 'export': ('kernel', 8), 'group': ('kernel', 9), 'supervise': ('kernel', 9),
     'forkserver': ('kernel', 7),  # the kernel starts it; it runs engine_main in the engines it forks

@@ -1,0 +1,75 @@
+"""Heal (issue #27), in a real Jupyter kernel with a 2-rank cluster: rank 1 is killed at ~40% of a `fit`,
+`cl.restart()` replaces it and heals it from rank 0 (namespace, tensors over the process group, DDP re-wrapped), and
+re-running the interrupted cell ends with weights bit-identical to a run never interrupted (`fit` has no checkpoint
+folder: nothing is written or read); the new rank holds the user's variables; as many processes as before."""
+import os, signal, time
+import pytest
+from kernel import cluster_kernel
+from ddp_nb.host import pid_alive
+
+MEASURED = {}
+
+SETUP = r'''
+import os, time
+from ddp_nb import DDPCluster
+from ddp_nb.processes import cluster_procs
+cl = DDPCluster(n=2).start()
+'''
+
+RANKS = r'''%%px
+import hashlib, os, time
+import torch.nn.functional as F
+from ddp_nb.train import *
+from ddp_nb.digits import digits_data, DigitsNet
+def digest(m):
+    h = hashlib.sha256()
+    for p in m.parameters(): h.update(p.detach().cpu().numpy().tobytes())
+    return h.hexdigest()
+def make():
+    seed_everything(0)
+    model = wrap_model(DigitsNet())
+    return model, torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9), ShardedLoader(digits_data(), global_batch_size=64)
+def slow(out, y):  # a step long enough to be killed in the middle of
+    time.sleep(0.04); return F.cross_entropy(out, y)
+model, opt, loader = make()
+fit(model, loader, opt, epochs=2, loss_fn=slow)
+full = digest(model.module)   # the run never interrupted
+model, opt, loader = make()
+note, seen = {'who': 'user'}, [1, 2, 3]
+'''
+
+
+@pytest.fixture(scope='module')
+def k():
+    yield from cluster_kernel(SETUP, MEASURED, 'heal')
+
+
+def test_kill_mid_fit_restart_heals_and_continues_bit_identical(k):
+    k.ok(RANKS, timeout=300)
+    n_procs = k.value("len(cluster_procs(cl.cluster_id))")
+    run0 = k.value("cl._collector.ranks[0].run")   # the reference fit's run on the dashboard
+    k.ok("ar = cl.run('out = fit(model, loader, opt, epochs=2, loss_fn=slow)', block=False)")
+    # kill rank 1 at ~40% of the fit (2 epochs of 24 steps): when rank 0 has reported step 19 of this run
+    deadline = time.monotonic() + 120
+    while k.value(f"(lambda s: s.run > {run0} and (s.step or 0) >= 19)(cl._collector.ranks[0])") is not True:
+        assert time.monotonic() < deadline, "the fit did not reach step 19"
+        time.sleep(0.1)
+    pid = k.value("cl.ranks[1].pid")
+    os.kill(pid, signal.SIGKILL)
+    while pid_alive(pid): time.sleep(0.01)
+    k.ok("try: ar.get(60)\nexcept Exception as e: failed = repr(e)\nelse: failed = None")
+    assert k.value("failed") is not None, "the fit went on without rank 1"
+    survived = k.value("cl.pull('(loader.fit_state[\"step\"], loader.batch)', rank=0)")
+    assert 15 <= survived[0] <= 30, survived   # rank 0 lived through it, with its progress
+    t0 = time.monotonic()
+    out = k.ok("cl.restart()")
+    MEASURED['restart + heal (s)'] = round(time.monotonic() - t0, 2)
+    print(out)
+    assert "rank 1 is a new engine, healed from rank 0 in " in out and 'DDP wrapped again on every rank: model' in out, out
+    # the new rank holds the user's variables, with its own rank
+    assert k.value("cl.pull('(note, seen, rank, loader.sampler.rank, loader.fit_state[\"step\"])', rank=1)") == \
+        [{'who': 'user'}, [1, 2, 3], 1, 1, survived[0]]
+    k.ok("cl.run('out = fit(model, loader, opt, epochs=2, loss_fn=slow)')", timeout=300)
+    res = k.value("[cl.pull('(out[\"step\"], digest(model.module) == full)', rank=r) for r in (0, 1)]")
+    assert res == [[48, True], [48, True]], res   # bit-identical to the run never interrupted, on both ranks
+    assert k.value("len(cluster_procs(cl.cluster_id))") == n_procs
