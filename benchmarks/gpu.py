@@ -59,13 +59,11 @@ def worker_result(how: str, cmd: list, env: dict) -> object:
 _PAIR = {}   # on a rank (ddp_nb engine or torchrun worker): the model, optimizer and batch pair_window steps
 
 
-def pair_build(width: int, batch: int, seed: int = 0) -> dict:
-    "On a rank: build a config's DDP MLP, optimizer and batch, keep them for pair_window; the weights digest after 10 steps"
-    import hashlib, torch, torch.nn as nn, torch.nn.functional as F, torch.distributed as dist
+def mlp_step(width: int, batch: int, seed: int = 0) -> tuple:
+    "On a rank: a DDP-wrapped 3-layer MLP, its SGD and one batch on the rank's device; (step function, model, device)"
+    import time, torch, torch.nn as nn, torch.nn.functional as F, torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
-    _PAIR.clear()
     cuda = torch.cuda.is_available()   # False only in the CPU rehearsal (BENCH_GPU_REHEARSAL=1), which checks this code
-    if cuda: torch.cuda.empty_cache()
     dev = torch.device('cuda', torch.cuda.current_device()) if cuda else torch.device('cpu')
     torch.manual_seed(seed)
     m = DDP(nn.Sequential(nn.Linear(width, width), nn.ReLU(), nn.Linear(width, width), nn.ReLU(), nn.Linear(width, 10)).to(dev),
@@ -73,12 +71,24 @@ def pair_build(width: int, batch: int, seed: int = 0) -> dict:
     opt = torch.optim.SGD(m.parameters(), lr=1e-3)
     g = torch.Generator(device=dev).manual_seed(seed + dist.get_rank())
     x, y = torch.randn(batch, width, device=dev, generator=g), torch.randint(0, 10, (batch,), device=dev, generator=g)
-    def step():
-        loss = F.cross_entropy(m(x), y); opt.zero_grad(set_to_none=True); loss.backward(); opt.step()
+    def step(phases: dict | None = None):   # phases: add each phase's CPU wall time there (no sync)
+        t = time.perf_counter(); loss = F.cross_entropy(m(x), y); t1 = time.perf_counter()
+        opt.zero_grad(set_to_none=True); loss.backward(); t2 = time.perf_counter(); opt.step()
+        if phases is not None:
+            phases['forward'] += t1 - t; phases['backward'] += t2 - t1; phases['optimizer'] += time.perf_counter() - t2
+    return step, m, dev
+
+
+def pair_build(width: int, batch: int, seed: int = 0) -> dict:
+    "On a rank: build a config's model (`mlp_step`), keep it for pair_window; the weights digest after 10 steps"
+    import hashlib, torch
+    _PAIR.clear()
+    if torch.cuda.is_available(): torch.cuda.empty_cache()
+    step, m, dev = mlp_step(width, batch, seed)
     for _ in range(10): step()
     h = hashlib.sha256()
     for p in m.module.parameters(): h.update(p.detach().cpu().numpy().tobytes())
-    _PAIR.update(step=step, dev=dev, cuda=cuda)
+    _PAIR.update(step=step, dev=dev, cuda=dev.type == 'cuda')
     pair_window(40)   # warm-up
     return dict(digest=h.hexdigest(), step_ms=pair_window(5))
 
@@ -240,20 +250,11 @@ def side_facts() -> dict:
 def explain_steps(width: int = 1024, batch: int = 64, steps: int = 300, prof_steps: int = 30, seed: int = 0,
                   trace: str | None = None) -> dict:
     "On a rank: one launch-bound config, timed by GPU events, by the CPU (no sync: the launch loop), per phase, and by the profiler"
-    import time, torch, torch.nn as nn, torch.nn.functional as F, torch.distributed as dist
-    from torch.nn.parallel import DistributedDataParallel as DDP
+    import time, torch
     from torch.profiler import profile, ProfilerActivity
-    cuda = torch.cuda.is_available()   # False only in the CPU rehearsal (BENCH_GPU_REHEARSAL=1), which checks this code
-    dev = torch.device('cuda', torch.cuda.current_device()) if cuda else torch.device('cpu')
+    step, m, dev = mlp_step(width, batch, seed)
+    cuda = dev.type == 'cuda'
     sync = (lambda: torch.cuda.synchronize(dev)) if cuda else (lambda: None)
-    torch.manual_seed(seed)
-    m = DDP(nn.Sequential(nn.Linear(width, width), nn.ReLU(), nn.Linear(width, width), nn.ReLU(), nn.Linear(width, 10)).to(dev),
-            device_ids=[dev.index] if cuda else None)
-    opt = torch.optim.SGD(m.parameters(), lr=1e-3)
-    g = torch.Generator(device=dev).manual_seed(seed + dist.get_rank())
-    x, y = torch.randn(batch, width, device=dev, generator=g), torch.randint(0, 10, (batch,), device=dev, generator=g)
-    def step():
-        loss = F.cross_entropy(m(x), y); opt.zero_grad(set_to_none=True); loss.backward(); opt.step()
     for _ in range(50): step()
     sync()
     if cuda: a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True); a.record()
@@ -263,10 +264,7 @@ def explain_steps(width: int = 1024, batch: int = 64, steps: int = 300, prof_ste
     if cuda: b.record(); b.synchronize()
     gpu_ms = a.elapsed_time(b) / steps if cuda else launch_ms
     phases = dict(forward=0., backward=0., optimizer=0.)
-    for _ in range(steps):   # CPU wall per phase (no sync: what the Python thread spends enqueueing)
-        t = time.perf_counter(); loss = F.cross_entropy(m(x), y); t1 = time.perf_counter()
-        opt.zero_grad(set_to_none=True); loss.backward(); t2 = time.perf_counter(); opt.step(); t3 = time.perf_counter()
-        phases['forward'] += t1 - t; phases['backward'] += t2 - t1; phases['optimizer'] += t3 - t2
+    for _ in range(steps): step(phases)   # CPU wall per phase (no sync: what the Python thread spends enqueueing)
     sync()
     with profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])) as prof:
         for _ in range(prof_steps): step()
@@ -314,6 +312,7 @@ def explain(rounds: int = 3, trace_dir: str | None = None) -> str:
     import re, torch
     if not (torch.cuda.is_available() or os.environ.get('BENCH_GPU_REHEARSAL')): return "No GPU: --explain needs one."
     from ddp_nb import DDPCluster
+    from benchmarks import gpu as rank_side   # by name: a rank resolves mlp_step there
     tr = (lambda name: os.path.join(trace_dir, re.sub(r'\W+', '_', name).strip('_') + '.json')) if trace_dir else (lambda name: None)
     if trace_dir: os.makedirs(trace_dir, exist_ok=True)
     res = {}
@@ -326,7 +325,7 @@ def explain(rounds: int = 3, trace_dir: str | None = None) -> str:
         for r in range(rounds):
             for name, how, env in (sides if r % 2 == 0 else sides[::-1]):
                 t = tr(name) if r == 0 else None
-                res.setdefault(name, []).append(dict(cl.run(explain_steps, trace=t)[0], facts=cl.run(side_facts)[0]) if how is None
+                res.setdefault(name, []).append(dict(cl.run(rank_side.explain_steps, trace=t)[0], facts=cl.run(side_facts)[0]) if how is None
                                                 else explained_side(how, env, t))
             print(f"explain round {r + 1}/{rounds}: " + ', '.join(f"{k} {v[-1]['gpu_ms']:.3f} ms" for k, v in res.items()), flush=True)
     for f in Path(trace_dir or '.').glob('*.json') if trace_dir else ():   # the traces, gzipped (chrome://tracing and Perfetto read them)

@@ -708,19 +708,23 @@ def _heal(self:DDPCluster, new:list, # the new ranks
           kept:list, # the ranks that kept their state
          ) -> dict: # what happened, for `_restarted_line`
     "Heal `new` from the lowest kept rank (`ddp_nb.heal`): its namespace, big tensors over the group, DDP again"
-    from ddp_nb.heal import offer, ddp_names, heal_rank
+    from ddp_nb.heal import offer, ddp_names, heal_rank, rewrap_names, fingerprints, differing
     src, t0 = min(kept), time.monotonic()
     try:
         o = self._ranks.call(offer, ranks=[src], what=f"packing rank {src}'s namespace", timeout=self.timeout)[src]
+        # (with two survivors or more: what differs between them is each rank's own, not the new rank's)
+        own = differing(self._ranks.call(fingerprints, ranks=kept, timeout=self.timeout)) if len(kept) > 1 else []
         have = self._ranks.call(ddp_names, ranks=kept, what='naming the DDP models', timeout=self.timeout)
         wrap = sorted(set.intersection(*map(set, have.values())) - set(o['skipped']))  # (the same on every rank)
-        send = dict(role='send', to=new, rewrap=wrap)
-        recv = dict(role='recv', src=src, rewrap=wrap, **{k: o[k] for k in ('skeleton', 'specs', 'own', 'rng')})
-        each = {r: (send if r == src else recv if r in new else dict(role='keep', rewrap=wrap),)
-                for r in range(self.world_size)}
+        send, recv = dict(role='send', to=new), dict(role='recv', src=src, drop=own,
+                                                     **{k: o[k] for k in ('skeleton', 'specs', 'own', 'rng')})
+        each = {r: (send if r == src else recv,) for r in [src, *new]}
         res = self._ranks.call(heal_rank, each=each, what='healing', timeout=self.timeout + o['nbytes'] / 20e6)
-    except Exception as e: return dict(src=src, error=f"{type(e).__name__}: {str(e).strip()[:300]}")
-    return dict(src=src, names=res[new[0]]['names'], skipped=o['skipped'], rewrapped=wrap, nbytes=o['nbytes'],
+        # (only once every new rank holds its models: wrapping is a collective of every rank)
+        self._ranks.call(rewrap_names, wrap, what='wrapping DDP models again', timeout=self.timeout)
+    except Exception as e: return dict(src=src, error=str(e).strip()[:300] or type(e).__name__)
+    skipped = o['skipped'] | {k: 'it differs between the survivors: each rank has its own' for k in own}
+    return dict(src=src, names=res[new[0]]['names'], skipped=skipped, rewrapped=wrap, nbytes=o['nbytes'],
                 moved_s=max(res[r]['moved_s'] for r in new), took=time.monotonic() - t0)
 
 # %% ../nbs/02g_cluster.ipynb #de5cffaf
@@ -746,8 +750,9 @@ def _restarted_line(ranks:list, # the ranks replaced
     "What a restart says it did, and what to re-run"
     h, engines = healed or {}, agree(ranks, 'is a new engine', 'are new engines')
     if h and 'error' not in h:
+        size = f"{h['nbytes'] / 2**20:.1f} MiB" if h['nbytes'] >= 2**20 else f"{h['nbytes'] / 2**10:.0f} KiB"
         new = (f"{name_ranks(ranks)} {engines}, healed from rank {h['src']} in {h['took']:.1f}s ({len(h['names'])} "
-               f"names, {h['nbytes'] / 2**20:.1f} MiB over the process group in {h['moved_s']:.2f}s), ")
+               f"names, {size} over the process group in {h['moved_s']:.2f}s), ")
     elif h: new = f"{name_ranks(ranks)} {engines} (state lost: the heal from rank {h['src']} failed: {h['error']}), "
     else: new = f"{name_ranks(ranks)} {engines} (state lost), " if ranks else ''
     line = (f"Restarted in {took:.1f}s: " + new

@@ -73,3 +73,44 @@ def test_kill_mid_fit_restart_heals_and_continues_bit_identical(k):
     res = k.value("[cl.pull('(out[\"step\"], digest(model.module) == full)', rank=r) for r in (0, 1)]")
     assert res == [[48, True], [48, True]], res   # bit-identical to the run never interrupted, on both ranks
     assert k.value("len(cluster_procs(cl.cluster_id))") == n_procs
+
+
+def kill(k, rank: int):
+    "kill -9 the engine of `rank` and wait until it is gone"
+    pid = k.value(f"cl.ranks[{rank}].pid")
+    os.kill(pid, signal.SIGKILL)
+    while pid_alive(pid): time.sleep(0.01)
+
+
+BOOM = r'''%%px
+def _boom(): raise RuntimeError('this object cannot be rebuilt on another rank')
+class Boom:
+    "Pickles on the survivor; loading it on the new rank raises"
+    def __reduce__(self): return (_boom, ())
+trap, kept_here = Boom(), 7
+'''
+
+
+def test_a_failed_heal_says_so_and_leaves_a_usable_world(k):
+    k.ok(BOOM)
+    kill(k, 1)
+    out = k.ok("cl.restart()")
+    print(out)
+    assert ('rank 1 is a new engine (state lost: the heal from rank 0 failed: healing failed on rank 1. Rank 1: '
+            'RuntimeError: this object cannot be rebuilt on another rank)' in out and 're-run your setup cells' in out), out
+    assert k.value("cl.check()") is True   # the new group works
+    k.ok("cl.run('t = torch.ones(1); dist.all_reduce(t)')")
+    assert k.value("[cl.pull('t.item()', rank=r) for r in (0, 1)]") == [2., 2.]
+    assert k.value("cl.pull('kept_here', rank=0)") == 7   # the survivor kept its state
+    k.ok("cl.run('del trap', ranks=[0])")   # (the new rank never had it)
+
+
+def test_three_ranks_each_ranks_own_values_are_not_carried(k):
+    k.ok("cl.stop()\ncl = DDPCluster(n=3).start()", timeout=300)
+    k.ok("%%px\noffset, shared, w = 40 + rank, 'same', torch.arange(2000.)")
+    kill(k, 1)
+    out = k.ok("cl.restart()")
+    print(out)
+    assert 'healed from rank 0' in out and \
+        'Not carried: offset (it differs between the survivors: each rank has its own): re-run' in out, out
+    assert k.value("cl.pull('(shared, float(w.sum()), \"offset\" in globals(), rank)', rank=1)") == ['same', 1999000.0, False, 1]
