@@ -109,8 +109,8 @@ def pair_window(steps: int) -> float:
     return a.elapsed_time(b) / steps
 
 
-def pair_worker():
-    "A torchrun worker serving the driver: a JSON request a line on stdin (build or window), a 'PAIR <json>' line back"
+def worker_group():
+    "In a torchrun (or bare) worker: nccl on its LOCAL_RANK's GPU, gloo in the CPU rehearsal"
     import torch, torch.distributed as dist
     from datetime import timedelta
     if torch.cuda.is_available():
@@ -118,6 +118,12 @@ def pair_worker():
         torch.cuda.set_device(dev)
         dist.init_process_group('nccl', timeout=timedelta(seconds=120), device_id=dev)
     else: dist.init_process_group('gloo', timeout=timedelta(seconds=120))
+
+
+def pair_worker():
+    "A torchrun worker serving the driver: a JSON request a line on stdin (build or window), a 'PAIR <json>' line back"
+    import torch.distributed as dist
+    worker_group()
     try:
         for line in sys.stdin:
             q = json.loads(line)
@@ -284,13 +290,8 @@ def explain_steps(width: int = 1024, batch: int = 64, steps: int = 300, prof_ste
 
 def explained_worker(out: str, trace: str | None = None):
     "A bare or torchrun worker for --explain: nccl on LOCAL_RANK's GPU (gloo in the rehearsal), explain_steps, rank 0 writes the result"
-    import torch, torch.distributed as dist
-    from datetime import timedelta
-    if torch.cuda.is_available():
-        dev = torch.device('cuda', int(os.environ.get('LOCAL_RANK', 0)))
-        torch.cuda.set_device(dev)
-        dist.init_process_group('nccl', timeout=timedelta(seconds=120), device_id=dev)
-    else: dist.init_process_group('gloo', timeout=timedelta(seconds=120))
+    import torch.distributed as dist
+    worker_group()
     try: r = dict(explain_steps(trace=trace), facts=side_facts())
     finally: dist.destroy_process_group()
     if int(os.environ.get('RANK', 0)) == 0: Path(out).write_text(json.dumps(r))
