@@ -665,11 +665,14 @@ def failure(self:Supervisor, states:dict, first:list, ended:list, cell:str='the 
     replaced = [r for r in lost if r < len(now) and now[r].pid != rs.plan[r].pid]
     left = [r for r in lost if r not in replaced]
     if replaced:
-        lines.append(f"cl.restart() has replaced {name_ranks(replaced)} since: re-run your setup cells, "
-                     f"which the new ranks have not run.")
-    if left:
-        lines.append((f"{_cap(name_ranks(kept))} kept {agree(kept, 'its', 'their')} state. " if kept else '')
-                     + f"cl.restart() replaces {name_ranks(left)} ({agree(left, 'its', 'their')} state is lost) "
+        lines.append(f"cl.restart() has replaced {name_ranks(replaced)} since: what it said tells whether "
+                     f"{agree(replaced, 'it was', 'they were')} healed or must re-run your setup cells.")
+    if left and kept:  # (a survivor to heal the new ranks from: `ddp_nb.heal`)
+        lines.append(f"{_cap(name_ranks(kept))} kept {agree(kept, 'its', 'their')} state. cl.restart() replaces "
+                     f"{name_ranks(left)}, heals {agree(left, 'it', 'them')} from rank {min(kept)} "
+                     "(its %%px namespace, in memory) and forms a new process group; then re-run the cell.")
+    elif left:
+        lines.append(f"cl.restart() replaces {name_ranks(left)} ({agree(left, 'its', 'their')} state is lost) "
                      "and forms a new process group; then re-run your setup cells, which the new ranks have not run.")
     elif not lost and any(states[r][0] == RankState.ERROR for r in states) and len(first) < len(states):
         counts = issued_counts(rs, sorted(states))  # a plain error on one rank leaves the group in step: no advice then
@@ -862,9 +865,13 @@ def idle_failure(self:Supervisor, dead:list, # ranks whose engine died between c
     rs, n, one = self.rs, len(self.rs), len(dead) == 1
     kept = [r for r in range(n) if r not in dead]
     lines = [f"{rs.plan[r].describe()} {self._idle_death(r)} while idle, between cells." for r in dead]
-    lines.append(f"cl.restart() replaces {'it' if one else 'them'} ({'its' if one else 'their'} state is lost"
-                 + (f"; {name_ranks(kept)} {agree(kept, 'keeps its', 'keep theirs')}" if kept else '')
-                 + ") and forms a new process group; then re-run your setup cells. This cell was not sent.")
+    them = 'it' if one else 'them'
+    if kept:  # (a survivor to heal from: `ddp_nb.heal`)
+        lines.append(f"cl.restart() replaces {them}, heals {them} from rank {min(kept)} ({name_ranks(kept)} "
+                     f"{agree(kept, 'keeps its', 'keep theirs')} state) and forms a new process group. "
+                     "This cell was not sent.")
+    else: lines.append(f"cl.restart() replaces {them} ({'its' if one else 'their'} state is lost) and forms a new "
+                       "process group; then re-run your setup cells. This cell was not sent.")
     return RankFailure('\n'.join(lines))
 
 @patch
