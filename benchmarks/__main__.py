@@ -6,7 +6,8 @@
 import argparse, time, traceback
 from pathlib import Path
 from benchmarks.common import machine, HERE
-from benchmarks import startup, throughput, cells, iteration, monitor, memory, stopvote, gpu, compile_warm, collectives, timing, scale, growth, peers
+from benchmarks import (startup, throughput, cells, iteration, monitor, memory, stopvote, gpu, compile_warm, collectives, timing,
+                        scale, growth, peers, heal)
 
 
 def _section(run) -> str:
@@ -37,7 +38,8 @@ def main(argv=None):
             lambda: timing.run(1, 4) if f else timing.run(3, 20),
             lambda: scale.run(1, 1., (8, 64), extra=()) if f else scale.run(3, 5.),
             lambda: growth.run(1, (1, 2)) if f else growth.run(3, (1, 2, 4, 8)),
-            lambda: peers.run(1, 2, 1, 1) if f else peers.run(3)]   # the peers' interpreter: $BENCH_PEERS_PYTHON
+            lambda: peers.run(1, 2, 1, 1) if f else peers.run(3),   # the peers' interpreter: $BENCH_PEERS_PYTHON
+            lambda: heal.run(1, (1e6,)) if f else heal.run(3)]
     parts = []
     for run in runs:  # a section that fails says so; the others still run and are written
         parts.append(_section(run))

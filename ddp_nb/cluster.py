@@ -54,7 +54,7 @@ class DDPCluster:
                  start_timeout:float=120, # seconds to wait for the engines to register
                  persistent:bool=False, # outlive this process (`ddp_nb list` finds it, `ddp_nb stop ID` ends it)
                  port:int|None=None, # rendezvous port on rank 0's host; None: a free one (fix it for a firewall)
-                 # local engines forked from a warm fork server (torch imported once); None: unless DDP_NB_FORK_SERVER=0
+                 # local engines forked from a warm fork server (torch imported once); None: only with DDP_NB_FORK_SERVER=1
                  fork_server:bool|None=None,
                  **ipp_kwargs, # to `ipyparallel.Cluster` (config=, controller_ip=, ...); local: controller on 127.0.0.1
                 ):
@@ -786,7 +786,7 @@ def restart(self:DDPCluster,
     keep = {p.engine_id: p.rank for p in self._ranks.plan if p.rank not in ranks}
     self._regroup(keep, self._replacements(ranks, wait))
     kept = sorted(keep.values())
-    healed = self._heal(ranks, kept) if heal and ranks and kept else None
+    self._healed = healed = self._heal(ranks, kept) if heal and ranks and kept else None  # (benchmarks read it)
     print(_restarted_line(ranks, kept, self.master_port, time.monotonic() - t0, healed))  # plain output
     return self
 

@@ -32,9 +32,11 @@ class ForkServerError(RuntimeError):
 
 def use_fork_server(asked:bool|None=None, # `DDPCluster(fork_server=...)`; None: the environment decides
                    ) -> bool:
-    "Whether local engines are forked from a fork server: as asked, else unless DDP_NB_FORK_SERVER=0"
+    "Whether local engines are forked from a fork server: as asked, else only with DDP_NB_FORK_SERVER=1"
     if asked is not None: return bool(asked)
-    return os.environ.get(FORK_SERVER_ENV, '1').strip().lower() not in ('0', 'false', 'no', 'off')
+    # off by default until an interrupt sent while a rank warms up its records, right after start, reaches the cell
+    # it was meant for (it is swallowed there), and a CI run of nbs/02e_launch (a rescue waiting 60 s) is explained
+    return os.environ.get(FORK_SERVER_ENV, '0').strip().lower() not in ('0', 'false', 'no', 'off')
 
 def import_env(env:dict) -> dict:
     "The variables of `env` that libraries read once, when they load (threads, allocators, paths)"

@@ -9,6 +9,12 @@ from ddp_nb.forkserver import LATER, MAX_MSG, ForkServerError, encode, fork_serv
 from ddp_nb.processes import cluster_procs
 
 
+@pytest.fixture(autouse=True)
+def _fork_server_on(monkeypatch):
+    "These tests are about the fork server, which is off by default for now"
+    monkeypatch.setenv('DDP_NB_FORK_SERVER', '1')
+
+
 def wait_until(cond, limit=30., what='condition'):
     "Poll `cond` until true; fail after `limit` s"
     deadline = time.monotonic() + limit
