@@ -34,8 +34,8 @@ def use_fork_server(asked:bool|None=None, # `DDPCluster(fork_server=...)`; None:
                    ) -> bool:
     "Whether local engines are forked from a fork server: as asked, else only with DDP_NB_FORK_SERVER=1"
     if asked is not None: return bool(asked)
-    # off by default until an interrupt sent while a rank warms up its records, right after start, reaches the cell
-    # it was meant for (it is swallowed there), and a CI run of nbs/02e_launch (a rescue waiting 60 s) is explained
+    # off by default until a full CI run passes with it on (the last one's failure came from a world-of-one group
+    # another notebook left behind), and an interrupt sent while a rank warms up its records reaches its cell
     return os.environ.get(FORK_SERVER_ENV, '0').strip().lower() not in ('0', 'false', 'no', 'off')
 
 def import_env(env:dict) -> dict:
