@@ -383,11 +383,14 @@ def test_plain_error_on_one_rank_gives_no_check_advice(k):
 
 
 def test_restart_success_is_plain_output_and_names_new_ranks(k):
-    took, out, err, _ = k.run("cl.restart([0])")
+    took, out, err, _ = k.run("cl.restart([0])")   # healed from rank 1 (`ddp_nb.heal`)
     assert err is None, out
     said = {name: ''.join(t for _, n, t in k.streams if n == name) for name in ('stdout', 'stderr')}
     assert 'Restarted in' in said['stdout'] and 'Restarted' not in said['stderr'], said
-    assert 'Rank 0 is new: re-run your setup cells' in said['stdout'] and 'rewrap' not in said['stdout'], said
+    assert 'rank 0 is a new engine, healed from rank 1 in ' in said['stdout'] and 'rewrap' not in said['stdout'], said
+    took, out, err, _ = k.run("cl.restart([0], heal=False)")
+    said = {name: ''.join(t for _, n, t in k.streams if n == name) for name in ('stdout', 'stderr')}
+    assert err is None and 'Rank 0 is new: re-run your setup cells' in said['stdout'], said
 
 
 def test_watchdog_names_a_rank_that_finished_a_skipped_collective(k):
