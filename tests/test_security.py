@@ -63,11 +63,13 @@ def test_checkpoints_load_with_weights_only():
     loads = re.findall(r'torch\.load\(([^\n]*)', src)
     assert loads and all('weights_only=True' in a for a in loads), loads
     # unpickling elsewhere: torch's own flight-recorder dump (bytes from this process: compat_torch) and the kernel's
-    # pushes (cloudpickle over ipyparallel's authenticated channel: rank); checkpoints only through MetadataUnpickler
+    # pushes and a heal's skeleton of a survivor's namespace (cloudpickled, over ipyparallel's authenticated channel:
+    # rank, heal); checkpoints only through MetadataUnpickler
     unpickles = {(name, m) for name, s in files.items()
                  for m in re.findall(r'\b(?:cloudpickle|pickle|dill|marshal|shelve|joblib)\.(?:loads?|Unpickler|open)\b', s)}
     assert ('sharded.py', 'pickle.Unpickler') in unpickles, unpickles   # the scan sees what it looks for
-    assert unpickles <= {('sharded.py', 'pickle.Unpickler'), ('compat_torch.py', 'pickle.loads'), ('rank.py', 'cloudpickle.loads')}, unpickles
+    assert unpickles <= {('sharded.py', 'pickle.Unpickler'), ('compat_torch.py', 'pickle.loads'), ('rank.py', 'cloudpickle.loads'),
+                         ('heal.py', 'pickle.Unpickler')}, unpickles
     # DCP reads through SafeReader and SafePlanner; its own reader (pickle.load of .metadata) only with trust=True
     dcp_loads = re.findall(r'dcp\.load\(([^\n]*)', src)
     assert dcp_loads and all('storage_reader=reader' in a and 'SafePlanner(reader)' in a for a in dcp_loads), dcp_loads
