@@ -54,7 +54,7 @@ class DDPCluster:
                  start_timeout:float=120, # seconds to wait for the engines to register
                  persistent:bool=False, # outlive this process (`ddp_nb list` finds it, `ddp_nb stop ID` ends it)
                  port:int|None=None, # rendezvous port on rank 0's host; None: a free one (fix it for a firewall)
-                 # local engines forked from a warm fork server (torch imported once); None: only with DDP_NB_FORK_SERVER=1
+                 # local engines forked from a warm fork server (torch imported once); None: only if DDP_NB_FORK_SERVER=1
                  fork_server:bool|None=None,
                  **ipp_kwargs, # to `ipyparallel.Cluster` (config=, controller_ip=, ...); local: controller on 127.0.0.1
                 ):
@@ -708,14 +708,14 @@ def _heal(self:DDPCluster, new:list, # the new ranks
           kept:list, # the ranks that kept their state
          ) -> dict: # what happened, for `_restarted_line`
     "Heal `new` from the lowest kept rank (`ddp_nb.heal`): its namespace, big tensors over the group, DDP again"
-    from ddp_nb.heal import offer, ddp_names, heal_rank, rewrap_names, fingerprints, differing
+    from ddp_nb.heal import offer, inventory, heal_rank, rewrap_names, differing
     src, t0 = min(kept), time.monotonic()
     try:
         o = self._ranks.call(offer, ranks=[src], what=f"packing rank {src}'s namespace", timeout=self.timeout)[src]
+        inv = self._ranks.call(inventory, ranks=kept, what="listing the survivors' namespaces", timeout=self.timeout)
+        wrap = sorted(set.intersection(*(set(i['ddp']) for i in inv.values())) - set(o['skipped']))  # (on every rank)
         # (with two survivors or more: what differs between them is each rank's own, not the new rank's)
-        own = differing(self._ranks.call(fingerprints, ranks=kept, timeout=self.timeout)) if len(kept) > 1 else []
-        have = self._ranks.call(ddp_names, ranks=kept, what='naming the DDP models', timeout=self.timeout)
-        wrap = sorted(set.intersection(*map(set, have.values())) - set(o['skipped']))  # (the same on every rank)
+        own = differing({r: i['plain'] for r, i in inv.items()}) if len(kept) > 1 else []
         send, recv = dict(role='send', to=new), dict(role='recv', src=src, drop=own,
                                                      **{k: o[k] for k in ('skeleton', 'specs', 'own', 'rng')})
         each = {r: (send if r == src else recv,) for r in [src, *new]}

@@ -10,9 +10,9 @@ from .core import RankRunner, call_ranks, name_ranks, parse_ranks, rank_ranges
 
 # %% auto #0
 __all__ = ['tensor_digest', 'NumberList', 'EmptyContainer', 'is_dtensor', 'leaf_entry', 'dtensor_entry', 'unwrap_module',
-           'leaves', 'fingerprint', 'rng_states', 'sampler_positions', 'evaluate', 'CompareRow', 'compare_row',
-           'Comparison', 'compare_fingerprints', 'comparison_text', 'comparison_html', 'leaf_values', 'rank_values',
-           'fill_diffs', 'compare_objects', 'compare']
+           'leaves', 'fingerprint', 'rng_states', 'sampler_positions', 'user_namespace', 'evaluate', 'CompareRow',
+           'compare_row', 'Comparison', 'compare_fingerprints', 'comparison_text', 'comparison_html', 'leaf_values',
+           'rank_values', 'fill_diffs', 'compare_objects', 'compare']
 
 # %% ../nbs/00e_compare.ipynb #f8717c94
 _CHUNK = 1 << 26  # bytes hashed at a time: a GPU tensor is copied to the CPU this much at a time
@@ -237,7 +237,7 @@ def sampler_positions(ns:dict, # a namespace
         except Exception as ex: out[k] = ex  # shown as this name's error entry
     return out
 
-def _namespace(ns:dict|None) -> dict:
+def user_namespace(ns:dict|None=None) -> dict:
     "`ns`, or the running IPython's user namespace (an engine's), or `__main__`'s"
     if ns is not None: return ns
     try:
@@ -249,7 +249,7 @@ def _namespace(ns:dict|None) -> dict:
 
 def _eval(expr:str, ns:dict|None=None):
     "The value of `expr` here ('rng' and 'sampler' are special)"
-    ns = _namespace(ns)
+    ns = user_namespace(ns)
     if expr.strip() == 'rng': return rng_states()
     if expr.strip() == 'sampler':
         found = sampler_positions(ns)
