@@ -53,12 +53,15 @@ def state_digest() -> str:
     return h.hexdigest()
 
 
-def _kill(cl, rank: int):
-    "SIGKILL the engine of `rank` and wait until it is gone"
+def _kill(cl, rank: int, limit: float = 10):
+    "SIGKILL the engine of `rank` and wait until it is gone (an error after `limit` s)"
     from ddp_nb.host import pid_alive
     pid = cl.ranks[rank].pid
     os.kill(pid, signal.SIGKILL)
-    while pid_alive(pid): time.sleep(0.005)
+    deadline = time.monotonic() + limit
+    while pid_alive(pid):
+        if time.monotonic() > deadline: raise RuntimeError(f"rank {rank}'s engine (pid {pid}) outlived SIGKILL by {limit:g}s")
+        time.sleep(0.005)
 
 
 def run(rounds: int = 3, sizes=(10e6, 100e6)) -> str:

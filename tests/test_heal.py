@@ -39,6 +39,14 @@ note, seen = {'who': 'user'}, [1, 2, 3]
 '''
 
 
+def kill(k, rank: int, limit: float = 10):
+    "kill -9 the engine of `rank` and wait until it is gone (fails after `limit` s)"
+    pid = k.value(f"cl.ranks[{rank}].pid")
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + limit
+    while pid_alive(pid): assert time.monotonic() < deadline, f"rank {rank}'s engine (pid {pid}) outlived SIGKILL"; time.sleep(0.01)
+
+
 @pytest.fixture(scope='module')
 def k():
     yield from cluster_kernel(SETUP, MEASURED, 'heal')
@@ -54,9 +62,7 @@ def test_kill_mid_fit_restart_heals_and_continues_bit_identical(k):
     while k.value(f"(lambda s: s.run > {run0} and (s.step or 0) >= 19)(cl._collector.ranks[0])") is not True:
         assert time.monotonic() < deadline, "the fit did not reach step 19"
         time.sleep(0.1)
-    pid = k.value("cl.ranks[1].pid")
-    os.kill(pid, signal.SIGKILL)
-    while pid_alive(pid): time.sleep(0.01)
+    kill(k, 1)
     k.ok("try: ar.get(60)\nexcept Exception as e: failed = repr(e)\nelse: failed = None")
     assert k.value("failed") is not None, "the fit went on without rank 1"
     survived = k.value("cl.pull('(loader.fit_state[\"step\"], loader.batch)', rank=0)")
@@ -75,11 +81,6 @@ def test_kill_mid_fit_restart_heals_and_continues_bit_identical(k):
     assert k.value("len(cluster_procs(cl.cluster_id))") == n_procs
 
 
-def kill(k, rank: int):
-    "kill -9 the engine of `rank` and wait until it is gone"
-    pid = k.value(f"cl.ranks[{rank}].pid")
-    os.kill(pid, signal.SIGKILL)
-    while pid_alive(pid): time.sleep(0.01)
 
 
 BOOM = r'''%%px
