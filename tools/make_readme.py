@@ -26,6 +26,16 @@ def benchmarks(path=ROOT/'benchmarks'/'results.md') -> str:
     return '\n'.join(['> ' + '\\\n> '.join(head), '', f"Sections: {links}."])
 
 
+def section(path, n: int) -> str | None:
+    "The text of section `n` of a results file (from its title on), or None"
+    return next((s for s in Path(path).read_text().split('\n### ')[1:] if s.startswith(f'{n}. ')), None)
+
+
+def table_rows(text: str) -> list:
+    "The cells of every markdown table row in `text`"
+    return [[c.strip() for c in l.strip().strip('|').split('|')] for l in text.splitlines() if l.startswith('|')]
+
+
 def _short(cell: str) -> str:
     "A results cell for the README: the median of 'median [min–max] (n)', else its text up to the first reason"
     m = re.match(r'^(\d+(?:\.\d+)? (?:s|ms)) \[', cell)
@@ -36,11 +46,9 @@ def _short(cell: str) -> str:
 
 def peers(path=ROOT/'benchmarks'/'results.md') -> str:
     "The medians of the results file's peers section (14) as a short table, linked to it"
-    text = Path(path).read_text()
-    sec = next((s for s in text.split('\n### ')[1:] if s.startswith('14. ')), None)
+    sec = section(path, 14)
     if sec is None: return '(the peers section is not in the results file yet: `python -m benchmarks.peers`)'
-    title = sec.splitlines()[0]
-    rows = [[c.strip() for c in l.strip().strip('|').split('|')] for l in sec.splitlines() if l.startswith('|')]
+    title, rows = sec.splitlines()[0], table_rows(sec)
     out = ['| ' + ' | '.join(rows[0]) + ' |', '|' + '---|' * len(rows[0])]
     out += ['| ' + ' | '.join([r[0]] + [_short(c) for c in r[1:]]) + ' |' for r in rows[2:]]
     return '\n'.join(out + ['', f"Medians, 2 CPU ranks on gloo, from [{title.split(':')[0]}](benchmarks/results.md#{anchor(title)}) "
@@ -49,9 +57,8 @@ def peers(path=ROOT/'benchmarks'/'results.md') -> str:
 
 def gpu(path=ROOT/'benchmarks'/'results.md') -> str:
     "One line from the results file's GPU section (7): the paired-window ratio at each step size, and the GPU"
-    text = Path(path).read_text()
-    sec = next((s for s in text.split('\n### ')[1:] if s.startswith('7. ')), None)
-    rows = [[c.strip() for c in l.strip().strip('|').split('|')] for l in (sec or '').splitlines() if l.startswith('| MLP')]
+    sec = section(path, 7)
+    rows = [r for r in table_rows(sec or '') if r[0].startswith('MLP')]
     m = re.search(r'GPU: ([^;\n]+);', sec or '')
     if not rows or m is None: return '(the GPU section is not in the results file yet: `python -m benchmarks.gpu` on a GPU)'
     title = sec.splitlines()[0]
