@@ -4,8 +4,8 @@
 
 # %% auto #0
 __all__ = ['RANK_NAMES', 'IPYTHON_NAMES', 'SMALL', 'PLAIN', 'carried', 'Sharded', 'Packer', 'Pending', 'Unpacker', 'pack',
-           'unpack', 'retarget', 'flat_bytes', 'spec_bytes', 'from_bytes', 'offer', 'inventory', 'differing',
-           'rewrap_all', 'heal_rank', 'rewrap_names']
+           'unpack', 'retarget', 'flat_bytes', 'wire_device', 'spec_bytes', 'from_bytes', 'offer', 'inventory',
+           'differing', 'rewrap_all', 'heal_rank', 'rewrap_names']
 
 # %% ../nbs/01k_heal.ipynb #3bb349ee
 import io, math, pickle, time
@@ -41,27 +41,40 @@ class Packer(cloudpickle.Pickler):
                 ):
         super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
         self.device, self.small, self.tensors = device, small, []
-        self._ids, self._copies, self._keep = {}, set(), []  # tensor id -> index; the small ones' copies
+        self._ids, self._copies, self._keep = {}, set(), []  # tensor/generator id -> index; copies not to map
 
     def persistent_id(self, obj):
         if isinstance(obj, DDP): return ('ddp', obj.module, ddp_kwargs(obj))
         if isinstance(obj, torch.device) and obj.type != 'cpu' and obj == self.device: return ('device',)
+        if isinstance(obj, torch.Generator):  # (its state is host memory: never one of the tensors moved)
+            i, seen = self._index(obj)
+            if seen: return ('ref', i)
+            mine = obj.device.type != 'cpu' and obj.device == self.device  # a GPU's: the new rank's GPU's
+            state = obj.get_state(); self._copies.add(id(state)); self._keep.append(state)
+            return ('generator', i, None if mine else str(obj.device), obj.initial_seed(), state)
         if not isinstance(obj, torch.Tensor) or id(obj) in self._copies: return None
         if type(obj).__name__ == 'DTensor':
             raise Sharded("a sharded tensor (FSDP2): the lost rank's shard exists on no survivor")
         if obj.device != self.device or obj.layout != torch.strided or obj.is_quantized: return None
-        i = self._ids.get(id(obj))
-        if i is not None: return ('ref', i)  # the same tensor again: the same tensor there
-        i = self._ids[id(obj)] = len(self._ids)
-        self._keep.append(obj)  # (its id stays its own while the packer lives)
+        i, seen = self._index(obj)
+        if seen: return ('ref', i)  # the same tensor again: the same tensor there
         leaf = obj.requires_grad and obj.grad_fn is None
         kind = 'param' if isinstance(obj, torch.nn.Parameter) else 'tensor'
         if obj.numel() * obj.element_size() < self.small:  # inside the skeleton, as a CPU copy (pickled by torch)
             c = obj.detach().cpu().clone()
             self._copies.add(id(c)); self._keep.append(c)
-            return ('small', kind, leaf, i, c)
+            # a CPU rank's 0-dim tensors stay on the CPU on a GPU rank (where torch keeps Adam's step counters)
+            return ('host' if obj.dim() == 0 and obj.device.type == 'cpu' else 'small', kind, leaf, i, c)
         self.tensors.append(obj)
         return ('big', kind, leaf, i, len(self.tensors) - 1)
+
+    def _index(self, obj) -> tuple:
+        "(`obj`'s index in this skeleton, whether it was already packed)"
+        i = self._ids.get(id(obj))
+        if i is not None: return i, True
+        self._keep.append(obj)  # (its id stays its own while the packer lives)
+        self._ids[id(obj)] = len(self._ids)
+        return self._ids[id(obj)], False
 
 
 
@@ -84,9 +97,15 @@ class Unpacker(pickle.Unpickler):
         if what == 'device': return self.device
         if what == 'ddp': return Pending(pid[1], pid[2])
         if what == 'ref': return self._made[pid[1]]
-        if what in ('small', 'big'):
+        if what == 'generator':
+            _, i, dev, seed, state = pid
+            g = self._made[i] = torch.Generator(dev or self.device)
+            g.manual_seed(seed); g.set_state(state)
+            return g
+        if what in ('small', 'host', 'big'):
             _, kind, leaf, i, t = pid
-            self._made[i] = _as(t.to(self.device) if what == 'small' else self.tensors[t], kind, leaf)
+            t = self.tensors[t] if what == 'big' else t.to(self.device) if what == 'small' else t
+            self._made[i] = _as(t, kind, leaf)
             return self._made[i]
         raise pickle.UnpicklingError(f"unknown reference {what!r} in a heal's skeleton")
 
@@ -149,6 +168,12 @@ def flat_bytes(tensors:list) -> torch.Tensor|None:
     "Every tensor's bytes, one after the other, as one uint8 tensor on their device (None for no tensors)"
     if not tensors: return None
     return torch.cat([t.detach().contiguous().reshape(-1).view(torch.uint8) for t in tensors])
+
+def wire_device(device:torch.device, # the rank's device
+                backend:str|None=None, # the group's backend; None: the current group's
+               ) -> torch.device:
+    "Where a buffer sent over the group must be: host memory for gloo (it cannot read a GPU's), else `device`"
+    return torch.device('cpu') if (backend or dist.get_backend()) == 'gloo' else device
 
 def spec_bytes(spec) -> tuple: # (dtype, shape, bytes)
     "A tensor's (dtype name, shape) as sent, checked: a torch dtype and a shape of non-negative ints; and its size"
@@ -223,14 +248,17 @@ def heal_rank(plan:dict, # role: 'send' (to=), 'recv' (src=, skeleton=, specs=, 
     ns, ri, t0, out = user_namespace(), rank_info(), time.perf_counter(), {}
     if plan['role'] == 'send':
         flat = flat_bytes(_outbox.pop('tensors', []))
+        if flat is not None: flat = flat.to(wire_device(ri.device))
         for dst in plan['to']:
             if flat is not None: dist.send(flat, dst)
         del flat
     elif plan['role'] == 'recv':
         flat = None
         if plan['specs']:  # (exactly the bytes the specs add up to: checked, and all that is received)
-            flat = torch.empty(sum(spec_bytes(s)[2] for s in plan['specs']), dtype=torch.uint8, device=ri.device)
+            flat = torch.empty(sum(spec_bytes(s)[2] for s in plan['specs']), dtype=torch.uint8,
+                               device=wire_device(ri.device))
             dist.recv(flat, plan['src'])
+            flat = flat.to(ri.device)
         vals = unpack(plan['skeleton'], from_bytes(flat, plan['specs']) if flat is not None else [], ri.device)
         del flat
         out['own'] = retarget(vals, plan['own'], ri.rank, ri.local_rank)
