@@ -29,7 +29,7 @@ from .collectives import records as recent_collectives
 from .dashboard import Collector, Dashboard
 
 # %% auto #0
-__all__ = ['DDPCluster', 'outside_message']
+__all__ = ['QUEUED_WAIT', 'DDPCluster', 'outside_message']
 
 # %% ../nbs/02g_cluster.ipynb #2172e0c4
 def _end_unstopped(ipp, cluster_id:str):
@@ -559,6 +559,8 @@ def check(self:DDPCluster, timeout:float=2, # seconds for the all-reduce
     except (RuntimeError, IndexError): return False  # a rank failed or its engine is gone
 
 # %% ../nbs/02g_cluster.ipynb #cca6fff3
+QUEUED_WAIT = 30  # seconds an interrupted cell that has not started yet may wait for its rank to be free (then: ended)
+
 def _wait_stopped(rs:RankSet, ranks:list, wait:float) -> list:
     "Wait up to `wait` s for `ranks` to finish their tasks, less once some did; the ones still running"
     deadline, t_some = time.monotonic() + wait, None
@@ -588,12 +590,26 @@ def _stop_ranks(self:DDPCluster, running:list, # the ranks running a task
         rs.end(stopped, why='was stopped (SIGSTOP or a debugger), and was ended by cl.interrupt()')
         running = [r for r in rs.running() if r not in stopped]
     grace = self._vote_grace(running, grace)
+    rs.abort_queued(running)  # (a cell queued behind a rank's own work, its start-up's: a signal would miss it)
+    running = _signal_stop(rs, running, grace)
+    # a cell that has not started there: its engine answers the abort once free (not ended for being busy)
+    queued, deadline = set(rs.queued(running)), time.monotonic() + QUEUED_WAIT
+    while queued & set(running) and time.monotonic() < deadline:
+        running = _wait_stopped(rs, running, 0.2)
+        late = queued & set(running) - set(rs.queued(running))  # started before the abort came: signalled now
+        if late: queued -= late; running = [r for r in running if r not in late] + _signal_stop(rs, sorted(late), grace)
+    if running: rs.end(running, why='was still running (in a collective?), and was ended by cl.interrupt()')
+    return stopped, stopped + running
+
+def _signal_stop(rs:RankSet, running:list, # the ranks running a task that started
+                 grace:float, # seconds they get after the first SIGINT (half that after the second)
+                ) -> list: # the ranks still running
+    "SIGINT `running` twice, waiting for them after each"
     for wait in ((grace, grace / 2) if running else ()):  # the second SIGINT interrupts even a cooperative loop at once
         rs.signal(signal.SIGINT, running)
         running = _wait_stopped(rs, running, wait)
         if not running: break
-    if running: rs.end(running, why='was still running (in a collective?), and was ended by cl.interrupt()')
-    return stopped, stopped + running
+    return running
 
 # %% ../nbs/02g_cluster.ipynb #d9291533
 def _outcome(states:dict, # rank -> (state, error) of the interrupted task (`RankSet.states`); {}: unknown

@@ -203,6 +203,31 @@ class RankSet:
         "Send `sig` to the engines of `ranks` (through their nannies); waits `timeout` s at most"
         return self.ask_nannies(sig, ranks, timeout)
 
+    def outstanding(self, rank:int) -> list:
+        "The ids of the tasks sent to `rank`'s engine that have not answered yet"
+        uuid = self.rc._engines.get(self.plan[rank].engine_id)
+        return list(self.rc._outstanding_dict.get(uuid, ())) if uuid is not None else []
+
+    def queued(self, ranks:list) -> list:
+        "The ranks of `ranks` whose every waiting task is a cell not started (its engine busy with its own work)"
+        # (an engine says when it starts a cell, `execute_input`; of other requests it says nothing until done)
+        def waits(m):
+            f = self.rc._futures.get(m)
+            return (f is not None and f.header.get('msg_type') == 'execute_request'
+                    and self.rc.metadata[m].get('execute_input') is None)
+        return [r for r in ranks if (ids := self.outstanding(r)) and all(map(waits, ids))]
+
+    def abort_queued(self, ranks:list) -> int: # the tasks asked to be aborted
+        "Abort the tasks waiting in the queues of `ranks`' engines: a task not yet started never starts"
+        # (a signal reaches only a task that runs: one queued behind the engine's own work, such as the records'
+        # warm-up after a start, would run after it. A task already running ignores the abort.)
+        eids = [self.plan[r].engine_id for r in ranks if self.plan[r].engine_id in self.rc.ids]
+        jobs = [m for r in ranks for m in self.outstanding(r)]
+        if jobs:
+            try: self.rc.abort(jobs, targets=eids, block=False)
+            except Exception: return 0  # (the client is closed, or an engine went: the signals and the end follow)
+        return len(jobs)
+
     def end(self, ranks:list, # ranks to end (their engines are killed; their state is lost)
              timeout:float=10, # seconds to wait until the controller has seen them go
              why:str='was ended by ddp_nb', # how messages say it, after `Rank.describe`

@@ -835,6 +835,7 @@ def interrupted_line(states:dict, # rank -> (state, error) of the interrupted ta
     def what(s, e):
         if s == RankState.OK: return 'had finished the cell'
         if s == RankState.STOPPED: return (str(getattr(e, 'evalue', '') or '').strip().splitlines() or ['stopped'])[0]
+        if type(e).__name__ == 'TaskAborted': return "had not started the cell (it was cancelled)"  # (`abort_queued`)
         at = cell_place(e)
         if getattr(e, 'ename', None) == 'KeyboardInterrupt':
             return f"was at {at}" if at else "was outside the cell's code"

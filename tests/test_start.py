@@ -22,3 +22,22 @@ def test_start_in_a_kernel_imports_no_torch_and_says_where_its_time_went(no_left
         assert k.value("'torch' in sys.modules") is False   # a %%px cell does not bring it into the kernel either
     finally:
         k.close()
+
+
+def test_interrupting_the_first_cell_before_it_started_cancels_it_and_keeps_the_ranks(no_leftovers):
+    """Stop pressed while the first cell still waits behind the ranks' own start-up work (their records' warm-up): the
+    cell is cancelled where it had not started, and no rank is ended: the same engines, their group working"""
+    k = Kernel()
+    try:
+        _, out, err, _ = k.run("from ddp_nb import DDPCluster\ncl = DDPCluster(n=2).start()\n"
+                               "pids = [r.pid for r in cl.ranks]", timeout=240)
+        assert err is None, out
+        took, out, err, _ = k.run("%%px\nimport time\ntime.sleep(20)\nprint('slept')", timeout=60, interrupt_after=0.2)
+        assert err is None and 'slept' not in out and 'ended' not in out, out
+        # (cancelled on a rank still warming up; interrupted on one that had just started the cell)
+        assert 'had not started the cell (it was cancelled)' in out or 'was at cell line 2' in out, out
+        assert 'kept its state and the process group is healthy' in out, out
+        assert took < 20, took
+        assert k.value("[r.pid for r in cl.ranks] == pids and cl.check()") is True   # the same engines, a working group
+    finally:
+        k.close()
