@@ -24,7 +24,7 @@ from .launch import run_script
 from .compare import compare
 from .profile import profile
 from .postmortem import PostMortem, console_file
-from .collectives import collectives_table, read_records, set_debug, warm_up_soon
+from .collectives import collectives_table, read_records, set_debug
 from .collectives import records as recent_collectives
 from .dashboard import Collector, Dashboard
 
@@ -65,8 +65,8 @@ class DDPCluster:
         self.persistent, self.port, self.per_host, self.attached = persistent, port, n, False
         self.cluster_id = self.start_time = self.start_phases = self.master_addr = self.master_port = None
         self._ipp = self._rc = self._view = self._fin = self._collector = self._history = self._dash = None
-        # _outside: the message once stopped outside this notebook; _warming: ranks that may still ready their records
-        self._ranks, self._sup, self._outside, self._warming = RankSet(None), None, None, set()
+        # _outside: the message once stopped outside this notebook
+        self._ranks, self._sup, self._outside = RankSet(None), None, None
         self.grace = 2.0  # seconds the other ranks get to finish after one fails, before they count as stuck (ended)
         # seconds without progress before the watchdog reports a hang; 'auto' (`supervise.hang_limit`); None: never
         self.hang_after = 'auto'
@@ -113,13 +113,6 @@ def _form_group(self:DDPCluster,
     self._view = self._rc.direct_view(self._ranks.engine_ids())
     self._view.block = True
     watch_exits(self._ipp)  # how an engine died, for error messages
-
-# %% ../nbs/02g_cluster.ipynb #3d95f28d
-@patch
-def _warm_records(self:DDPCluster, ranks:list|None=None):
-    "Last in a start: each rank readies its collective records' source lines (~1 s on its main thread, after this)"
-    self._ranks.call(warm_up_soon, ranks=ranks, what='Readying the collective records', timeout=self.timeout)
-    self._warming.update(self._ranks.select(ranks))
 
 # %% ../nbs/02g_cluster.ipynb #69a1996b
 @patch
@@ -238,8 +231,7 @@ def _bring_up(self:DDPCluster,
             host = collector_host(self._ranks, self.ifname)
             self._collector = Collector(host, session_key(self._rc), world=self.world_size)
             self._connect_reporters()
-        with ph('records and %%px'):
-            self._warm_records()
+        with ph('%%px'):
             self._activate()
     except BaseException:
         self.stop()
@@ -545,15 +537,10 @@ def check(self:DDPCluster, timeout:float=2, # seconds for the all-reduce
          ) -> bool:
     "Health check: True if the process group works and is in step (same collective count, a tiny all-reduce passes)"
     self._live()
-    # right after a start or restart the ranks' main threads ready their collective records (`_warm_records`): ~1 s
-    # of imports alone, over 7 s on a busy host. Their answers wait for it: busy with our own work is not ill, so wait
-    # up to the group's timeout
-    wait = max(timeout + 5, self.timeout) if self._warming else timeout + 5
     try:
         # out of step, an all-reduce would pair with a stale one, and gloo ends a process whose all-reduce meets one
         # of another size
-        n = set(self._ranks.call(rank.issued, what='Health check', timeout=wait).values())
-        self._warming.clear()  # every rank answered, so after its warm-up
+        n = set(self._ranks.call(rank.issued, what='Health check', timeout=timeout + 5).values())
         if None in n or len(n) > 1: return False
         return all(self._ranks.call(rank.health, timeout, what='Health check', timeout=timeout + 5).values())
     except (RuntimeError, IndexError): return False  # a rank failed or its engine is gone
@@ -590,16 +577,19 @@ def _stop_ranks(self:DDPCluster, running:list, # the ranks running a task
         rs.end(stopped, why='was stopped (SIGSTOP or a debugger), and was ended by cl.interrupt()')
         running = [r for r in rs.running() if r not in stopped]
     grace = self._vote_grace(running, grace)
-    rs.abort_queued(running)  # (a cell queued behind a rank's own work, its start-up's: a signal would miss it)
-    running = _signal_stop(rs, running, grace)
-    # a cell that has not started there: its engine answers the abort once free (not ended for being busy)
-    queued, deadline = set(rs.queued(running)), time.monotonic() + QUEUED_WAIT
-    while queued & set(running) and time.monotonic() < deadline:
-        running = _wait_stopped(rs, running, 0.2)
-        late = queued & set(running) - set(rs.queued(running))  # started before the abort came: signalled now
-        if late: queued -= late; running = [r for r in running if r not in late] + _signal_stop(rs, sorted(late), grace)
-    if running: rs.end(running, why='was still running (in a collective?), and was ended by cl.interrupt()')
-    return stopped, stopped + running
+    # a task not started yet (its engine busy with its own work): aborted, not signalled (a SIGINT would break that
+    # work and let the task start), and its rank not ended for being busy: the engine answers the abort once free
+    rs.abort_queued(running)
+    waiting = rs.queued(running)
+    stuck = _signal_stop(rs, [r for r in running if r not in waiting], grace)
+    deadline = time.monotonic() + QUEUED_WAIT
+    while waiting:
+        waiting = _wait_stopped(rs, waiting, 0.2)
+        late = [r for r in waiting if r not in rs.queued(waiting)]  # started before the abort came: signalled now
+        if late: stuck += _signal_stop(rs, late, grace); waiting = [r for r in waiting if r not in late]
+        if waiting and time.monotonic() > deadline: stuck += waiting; break
+    if stuck: rs.end(stuck, why='was still running (in a collective?), and was ended by cl.interrupt()')
+    return stopped, stopped + stuck
 
 def _signal_stop(rs:RankSet, running:list, # the ranks running a task that started
                  grace:float, # seconds they get after the first SIGINT (half that after the second)
@@ -748,13 +738,12 @@ def _heal(self:DDPCluster, new:list, # the new ranks
 def _regroup(self:DDPCluster, keep:dict, # engine id -> rank, for the engines that keep their rank and state
              new_ids:list, # the engines that take the other ranks
             ):
-    "Form a new process group of the kept and the new engines; `%%px`, the dashboard and the records on the new ones"
+    "Form a new process group of the kept and the new engines; `%%px` and the dashboard on the new ones"
     if keep: teardown(self._ranks, list(keep.values()), timeout=self.timeout)
     self._form_group(fixed=keep, ids=list(keep) + new_ids)
     self._activate()  # %%px on the new engines
     new = [p.rank for p in self._ranks.plan if p.engine_id not in keep]
     if new and self._collector is not None: self._connect_reporters(new)
-    if new: self._warm_records(new)
 
 # %% ../nbs/02g_cluster.ipynb #7aea9649
 def _restarted_line(ranks:list, # the ranks replaced

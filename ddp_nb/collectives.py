@@ -10,9 +10,9 @@ from .core import name_ranks
 from .processes import rank_dir, write_private
 
 # %% auto #0
-__all__ = ['is_cell', 'source_line', 'to_records', 'records', 'current', 'collectives_file', 'write_records', 'warm_up',
-           'warm_up_soon', 'ring_size', 'install', 'writer_stats', 'uninstall', 'read_records', 'fingerprint',
-           'describe_record', 'nth', 'desync_report', 'CollectivesTable', 'collectives_table', 'set_debug']
+__all__ = ['is_cell', 'source_line', 'to_records', 'records', 'current', 'collectives_file', 'write_records', 'ring_size',
+           'install', 'writer_stats', 'uninstall', 'read_records', 'fingerprint', 'describe_record', 'nth',
+           'desync_report', 'CollectivesTable', 'collectives_table', 'set_debug']
 
 # %% ../nbs/00h_collectives.ipynb #c3100007
 _DTYPES = dict(Float='float32', Double='float64', Half='float16', BFloat16='bfloat16', Long='int64', Int='int32',
@@ -105,8 +105,7 @@ def collectives_file(cluster_id:str, # the cluster's id
 def write_records(path:str, # the file; written atomically (a reader never sees half of it)
                   last:int=64, # records per process group
                   status:dict|None=None, # the pg_status this dump goes with, stored for the reader
-                  # with each record's source line (torch's symbolizer: `warm_up` first, on the main thread)
-                  stacks:bool=True,
+                  stacks:bool=True, # with each record's source line (torch's symbolizer: it imports nothing)
                  ):
     "Write this rank's recent collectives to `path` as JSON (0600)"
     from ddp_nb.compat_torch import flight_recorder_dump
@@ -132,34 +131,13 @@ class _Writer(threading.Thread):
                 if st != prev: t_changed = now
                 # stalled for `stall` s (not between two cells: a write holds the GIL ~7 ms), or time for a fresh copy
                 if st != written and ((st == prev and now - t_changed >= self.stall) or now - t_written > self.every):
-                    write_records(self.path, self.last, st[1],
-                                  stacks=_warm.is_set()); written, t_written = st, time.monotonic(); self.writes += 1
+                    write_records(self.path, self.last, st[1]); written, t_written = st, time.monotonic(); self.writes += 1
                 prev = st
             except Exception as e:
                 print(f"ddp_nb.collectives: cannot write {self.path}: {e}", file=sys.__stderr__); return
             finally: self.cpu = time.thread_time()
 
 _writer = {}
-_warm = threading.Event()  # set once torch's symbolizer has run on this rank's main thread
-
-def warm_up():
-    "The first dump with source lines, here"
-    # (torch's symbolizer then imports ~800 modules of torch: `torch._inductor`, `_dynamo`; ~1 s once)
-    from ddp_nb.compat_torch import flight_recorder_dump
-    if not _warm.is_set(): flight_recorder_dump(stacks=True, collectives=True); _warm.set()
-
-def _warm_up_quietly():
-    try: warm_up()
-    except Exception as e: print(f"ddp_nb.collectives: no source lines in the records ({e})", file=sys.__stderr__)
-
-def warm_up_soon():
-    "`warm_up` on the main thread once the engine's current request has answered (its event loop), else now"
-    # Never in the writer thread: its imports raced a cell's own imports of the same modules ("partially initialized
-    # module 'torch._inductor.utils'"). Not inside the request either: the cluster's start would wait for it (2 ranks:
-    # 2.2 s -> 4.9 s). Until it ran, the writer writes records without source lines.
-    import asyncio
-    try: asyncio.get_running_loop().call_soon(_warm_up_quietly)
-    except RuntimeError: _warm_up_quietly()
 
 def ring_size() -> int:
     "Entries the flight recorder keeps (`TORCH_FR_BUFFER_SIZE` as this process started with it)"
@@ -176,7 +154,6 @@ def install(cluster_id:str|None=None, # None: this engine's IPP_CLUSTER_ID
             last:int=64, # records per process group in the file
             # seconds without a new collective before the records are written (a hang is reported after 2 s or more)
             stall:float=1.0,
-            warm:bool=True, # also `warm_up_soon` (a cluster starting does it last, after its other requests)
            ) -> str: # the file
     "Start (or restart) this rank's writer of its recent collectives to `collectives_file(cluster_id, rank)`"
     uninstall()
@@ -184,7 +161,6 @@ def install(cluster_id:str|None=None, # None: this engine's IPP_CLUSTER_ID
     if every is None: every = 10.0 if ring_size() <= 512 else float('inf')
     cid = cluster_id or os.environ.get('IPP_CLUSTER_ID', 'local')
     path = collectives_file(cid, int(os.environ.get('RANK', 0)) if rank is None else rank)
-    if warm: warm_up_soon()
     _writer['t'] = w = _Writer(path, poll, every, last, stall); w.start()
     return path
 

@@ -4,7 +4,7 @@
 
 # %% ../nbs/00c_compat_torch.ipynb #45c5aff7
 from __future__ import annotations
-import sys
+import contextlib, sys, threading
 import torch
 import torch.distributed as dist
 from .compat_ipp import CompatError, installed, check_versions as _check, missing as _missing
@@ -12,8 +12,8 @@ from .compat_ipp import CompatError, installed, check_versions as _check, missin
 # %% auto #0
 __all__ = ['tested_versions', 'min_versions', 'missing', 'check_versions', 'issued_collectives', 'reset_group_count',
            'compress_hook', 'queue_autograd_callback', 'when_imported', 'lightning_not_interactive',
-           'guard_lightning_launchers', 'unpin_groups', 'reset_accelerate_state', 'flight_recorder_dump', 'merge_dump',
-           'issued_per_group']
+           'guard_lightning_launchers', 'unpin_groups', 'reset_accelerate_state', 'flight_recorder_dump',
+           'symbolize_quietly', 'merge_dump', 'issued_per_group']
 
 # %% ../nbs/00c_compat_torch.ipynb #f324a3c1
 # major.minor the tests of this module ran against
@@ -191,11 +191,30 @@ def flight_recorder_dump(stacks:bool=True, # symbolize each entry's Python stack
     c = torch._C._distributed_c10d
     f = getattr(c, '_dump_fr_trace', None)
     if f is None: raise missing('torch._C._distributed_c10d._dump_fr_trace')
-    d = pickle.loads(f(includeCollectives=collectives, includeStackTraces=stacks))
-    g = getattr(c, '_dump_nccl_trace', None)  # only in CUDA builds
-    if g is not None:
-        merge_dump(d, pickle.loads(g(includeCollectives=collectives, includeStackTraces=stacks, onlyActive=False)))
+    with symbolize_quietly():
+        d = pickle.loads(f(includeCollectives=collectives, includeStackTraces=stacks))
+        g = getattr(c, '_dump_nccl_trace', None)  # only in CUDA builds
+        if g is not None:
+            merge_dump(d, pickle.loads(g(includeCollectives=collectives, includeStackTraces=stacks, onlyActive=False)))
     return d
+
+_quiet = threading.local()  # `on` in a thread while it symbolizes (`symbolize_quietly`)
+
+@contextlib.contextmanager
+def symbolize_quietly():
+    "In this thread, within: `torch._inductor` reads as absent unless already imported (the symbolizer imports nothing)"
+    # (other threads see torch as always; torch without a module `__getattr__`: nothing to do)
+    orig = torch.__dict__.get('__getattr__')
+    if orig is not None and not getattr(orig, 'quiet', False):
+        def __getattr__(name):
+            if name == '_inductor' and getattr(_quiet, 'on', False) and 'torch._inductor' not in sys.modules:
+                raise AttributeError(f"module 'torch' has no attribute '_inductor' (not imported: ddp_nb's dump)")
+            return orig(name)
+        __getattr__.quiet = True
+        torch.__getattr__ = __getattr__
+    was, _quiet.on = getattr(_quiet, 'on', False), True
+    try: yield
+    finally: _quiet.on = was
 
 def merge_dump(into:dict, # a flight-recorder dump, extended in place
                other:dict, # another recorder's dump (NCCL's): its entries and groups added

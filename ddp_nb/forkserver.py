@@ -35,7 +35,7 @@ def use_fork_server(asked:bool|None=None, # `DDPCluster(fork_server=...)`; None:
     "Whether local engines are forked from a fork server: as asked, else only with DDP_NB_FORK_SERVER=1"
     if asked is not None: return bool(asked)
     # off by default until a full CI run passes with it on (the last one's failure came from a world-of-one group
-    # another notebook left behind), and an interrupt sent while a rank warms up its records reaches its cell
+    # another notebook left behind)
     return os.environ.get(FORK_SERVER_ENV, '0').strip().lower() not in ('0', 'false', 'no', 'off')
 
 def import_env(env:dict) -> dict:
@@ -183,12 +183,11 @@ def _warm():
     import torch, torch.distributed  # (loads OpenMP; no parallel region runs here)
     import ipyparallel.engine.app, ipyparallel.engine.nanny
     import ddp_nb.rank, ddp_nb.report, ddp_nb.context, ddp_nb.collectives
-    # (not the records' `warm_up`: without collectives it imports little, yet would mark the engines warm; the
-    # ~800 modules it imports in a rank, importing here would delay every start: `_warm_later` does, when idle)
+    # (not `torch.compile`'s ~800 modules: importing them here would delay every start; `_warm_later` does, when idle)
     assert not torch.cuda.is_initialized(), "the fork server must never touch CUDA"
 
-# what a rank's collective records import when they first warm up (`collectives.warm_up`: torch's symbolizer,
-# ~800 modules, 1.5 s on 2 cores): imported once the server is idle, so later engines (replacements) start with them
+# what `torch.compile` imports first (inductor, dynamo: ~800 modules, 1.5 s on 2 cores): imported once the server is
+# idle, so later engines (replacements of a compiled model's ranks) start with them
 LATER = ('torch._inductor.standalone_compile',)
 IDLE_BEFORE_LATER = 3.0  # seconds without a request first: the first engines' own start is not slowed by it
 forked_with = ()  # in an engine the server forked: the modules of `LATER` it had already imported

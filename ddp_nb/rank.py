@@ -283,7 +283,7 @@ def enter_cluster(cluster_id:str, # the cluster's id (it names the stack file)
     stream_sooner()  # what a cell prints reaches the notebook within 0.1 s
     from ddp_nb.collectives import install
     # its recent collectives, written where the notebook reads them (`cl.collectives()`)
-    try: install(cluster_id, rank_info().rank, warm=False)
+    try: install(cluster_id, rank_info().rank)
     except Exception as e: print(f"ddp_nb: no collective records on this rank ({e})", file=sys.stderr)
     return install_stack_dump(stack_file(cluster_id, rank_info().rank, rank_dir()))  # this user's private folder (0700)
 

@@ -209,13 +209,11 @@ class RankSet:
         return list(self.rc._outstanding_dict.get(uuid, ())) if uuid is not None else []
 
     def queued(self, ranks:list) -> list:
-        "The ranks of `ranks` whose every waiting task is a cell not started (its engine busy with its own work)"
-        # (an engine says when it starts a cell, `execute_input`; of other requests it says nothing until done)
-        def waits(m):
-            f = self.rc._futures.get(m)
-            return (f is not None and f.header.get('msg_type') == 'execute_request'
-                    and self.rc.metadata[m].get('execute_input') is None)
-        return [r for r in ranks if (ids := self.outstanding(r)) and all(map(waits, ids))]
+        "The ranks of `ranks` whose every waiting task has not started (their engine busy with its own work)"
+        # (an engine says 'busy' as it starts a request, whatever its kind; the client then notes the engine in the
+        # task's metadata. Silent cells never say `execute_input`.)
+        md = self.rc.metadata
+        return [r for r in ranks if (ids := self.outstanding(r)) and all(md[m].get('engine_uuid') is None for m in ids)]
 
     def abort_queued(self, ranks:list) -> int: # the tasks asked to be aborted
         "Abort the tasks waiting in the queues of `ranks`' engines: a task not yet started never starts"
