@@ -54,7 +54,7 @@ class DDPCluster:
                  start_timeout:float=120, # seconds to wait for the engines to register
                  persistent:bool=False, # outlive this process (`ddp_nb list` finds it, `ddp_nb stop ID` ends it)
                  port:int|None=None, # rendezvous port on rank 0's host; None: a free one (fix it for a firewall)
-                 # local engines forked from a warm fork server (torch imported once); None: only if DDP_NB_FORK_SERVER=1
+                 # local engines forked from a warm fork server (torch imported once); None: unless DDP_NB_FORK_SERVER=0
                  fork_server:bool|None=None,
                  **ipp_kwargs, # to `ipyparallel.Cluster` (config=, controller_ip=, ...); local: controller on 127.0.0.1
                 ):

@@ -130,7 +130,7 @@ def ipp_cluster(n:int, # engines to start
                 heartbeat_ms:int=200, # controller heartbeat period: engines register after one beat
                 start_timeout:float=120, # seconds for the engines to register
                 persistent:bool=False, # keep running after this process ends
-                # local engines forked from a warm fork server; None: only with DDP_NB_FORK_SERVER=1
+                # local engines forked from a warm fork server; None: unless DDP_NB_FORK_SERVER=0
                 fork_server:bool|None=None,
                 **ipp_kwargs, # passed on to `ipyparallel.Cluster`
                ):

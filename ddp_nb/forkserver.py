@@ -32,11 +32,9 @@ class ForkServerError(RuntimeError):
 
 def use_fork_server(asked:bool|None=None, # `DDPCluster(fork_server=...)`; None: the environment decides
                    ) -> bool:
-    "Whether local engines are forked from a fork server: as asked, else only with DDP_NB_FORK_SERVER=1"
+    "Whether local engines are forked from a fork server: as asked, else unless DDP_NB_FORK_SERVER=0"
     if asked is not None: return bool(asked)
-    # off by default until a full CI run passes with it on (the last one's failure came from a world-of-one group
-    # another notebook left behind)
-    return os.environ.get(FORK_SERVER_ENV, '0').strip().lower() not in ('0', 'false', 'no', 'off')
+    return os.environ.get(FORK_SERVER_ENV, '1').strip().lower() not in ('0', 'false', 'no', 'off')
 
 def import_env(env:dict) -> dict:
     "The variables of `env` that libraries read once, when they load (threads, allocators, paths)"

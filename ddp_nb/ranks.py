@@ -205,8 +205,8 @@ class RankSet:
 
     def outstanding(self, rank:int) -> list:
         "The ids of the tasks sent to `rank`'s engine that have not answered yet"
-        uuid = self.rc._engines.get(self.plan[rank].engine_id)
-        return list(self.rc._outstanding_dict.get(uuid, ())) if uuid is not None else []
+        uuid = engine_uuids(self.rc).get(self.plan[rank].engine_id)
+        return list(pending_tasks(self.rc).get(uuid, ())) if uuid is not None else []
 
     def queued(self, ranks:list) -> list:
         "The ranks of `ranks` whose every waiting task has not started (their engine busy with its own work)"

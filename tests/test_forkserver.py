@@ -11,7 +11,7 @@ from ddp_nb.processes import cluster_procs
 
 @pytest.fixture(autouse=True)
 def _fork_server_on(monkeypatch):
-    "These tests are about the fork server, which is off by default for now"
+    "These tests are about the fork server (on by default; on here whatever the environment says)"
     monkeypatch.setenv('DDP_NB_FORK_SERVER', '1')
 
 
