@@ -585,7 +585,8 @@ def _stop_ranks(self:DDPCluster, running:list, # the ranks running a task
     deadline = time.monotonic() + QUEUED_WAIT
     while waiting:
         waiting = _wait_stopped(rs, waiting, 0.2)
-        late = [r for r in waiting if r not in rs.queued(waiting)]  # started before the abort came: signalled now
+        still = rs.queued(waiting)
+        late = [r for r in waiting if r not in still]  # started before the abort came: signalled now
         if late: stuck += _signal_stop(rs, late, grace); waiting = [r for r in waiting if r not in late]
         if waiting and time.monotonic() > deadline: stuck += waiting; break
     if stuck: rs.end(stuck, why='was still running (in a collective?), and was ended by cl.interrupt()')

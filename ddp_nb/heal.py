@@ -73,10 +73,8 @@ class Packer(cloudpickle.Pickler):
         i = self._ids.get(id(obj))
         if i is not None: return i, True
         self._keep.append(obj)  # (its id stays its own while the packer lives)
-        self._ids[id(obj)] = len(self._ids)
-        return self._ids[id(obj)], False
-
-
+        i = self._ids[id(obj)] = len(self._ids)
+        return i, False
 
 # %% ../nbs/01k_heal.ipynb #9d230b9b
 class Pending:
@@ -207,8 +205,6 @@ def offer() -> dict:
     if ri.device.type == 'cuda': rng['device'] = torch.cuda.get_rng_state(ri.device)  # (its GPU's: the new one's)
     return dict(skeleton=skel, specs=specs, skipped=skipped, own=own, rank=ri.rank, rng=rng,
                 nbytes=sum(t.numel() * t.element_size() for t in tensors))
-
-
 
 # %% ../nbs/01k_heal.ipynb #bb190507
 PLAIN = (int, float, str, bool, bytes, type(None))  # values compared between survivors

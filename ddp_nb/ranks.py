@@ -149,13 +149,9 @@ class RankSet:
     def status(self) -> dict:
         "rank -> `RankState` RUNNING, IDLE or DEAD, read from the client without sending anything"
         # (RUNNING: a task is pending; DEAD: unregistered)
-        engines, pending = engine_uuids(self.rc), pending_tasks(self.rc)
-        out = {}
-        for p in self.plan:
-            uuid = engines.get(p.engine_id)
-            out[p.rank] = (RankState.DEAD if uuid is None else RankState.RUNNING if pending.get(uuid)
-                           else RankState.IDLE)
-        return out
+        engines = engine_uuids(self.rc)
+        return {p.rank: RankState.DEAD if p.engine_id not in engines
+                else RankState.RUNNING if self.outstanding(p.rank) else RankState.IDLE for p in self.plan}
 
     def running(self) -> list:
         "Ranks running a task"
@@ -217,8 +213,8 @@ class RankSet:
 
     def abort_queued(self, ranks:list) -> int: # the tasks asked to be aborted
         "Abort the tasks waiting in the queues of `ranks`' engines: a task not yet started never starts"
-        # (a signal reaches only a task that runs: one queued behind the engine's own work, such as the records'
-        # warm-up after a start, would run after it. A task already running ignores the abort.)
+        # (a signal reaches only a task that runs: one queued behind the engine's own work would run after it.
+        # A task already running ignores the abort.)
         eids = [self.plan[r].engine_id for r in ranks if self.plan[r].engine_id in self.rc.ids]
         jobs = [m for r in ranks for m in self.outstanding(r)]
         if jobs:
