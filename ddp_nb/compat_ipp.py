@@ -4,7 +4,7 @@
 
 # %% ../nbs/00b_compat_ipp.ipynb #49171b13
 from __future__ import annotations
-import collections, concurrent.futures, logging, os, re, warnings
+import collections, concurrent.futures, logging, os, re, time, warnings
 from importlib.metadata import version, PackageNotFoundError
 
 # what is swallowed goes here, at DEBUG: logging.getLogger('ddp_nb').setLevel('DEBUG') shows it
@@ -16,7 +16,7 @@ __all__ = ['log', 'tested_versions', 'min_versions', 'OUTPUT_MSGS', 'CompatError
            'has_task_futures', 'task_output', 'task_name', 'supervised_view', 'record_outputs', 'task_events',
            'engine_launchers', 'launcher_process', 'stop_sync_thread', 'engine_state_file', 'forget_magics',
            'engine_registration_url', 'on_uncaught_error', 'plain_tracebacks', 'session_key', 'bind_engine_kernel',
-           'supervised_result', 'controller_process', 'hub_answers', 'abandon_client', 'engine_exits',
+           'supervised_result', 'controller_process', 'hub_answers', 'abandon_client', 'ask_to_exit', 'engine_exits',
            'replace_nanny_start', 'adopt_process']
 
 # %% ../nbs/00b_compat_ipp.ipynb #72e936ea
@@ -356,6 +356,32 @@ def abandon_client(rc, # a Client whose controller is gone
     try: rc.close(linger=0)  # its thread stops: nothing arrives any more
     except Exception: log.debug("closing the client failed; its waits are failed next all the same", exc_info=True)
     for eid, uuid in list(engine_uuids(rc).items()): rc._handle_stranded_msgs(eid, uuid)
+
+def _answered(futs:list, timeout:float) -> bool:
+    "Whether every one of `futs` got an 'ok' answer within `timeout` s; those still waiting are cancelled (forgotten)"
+    deadline, ok = time.monotonic() + timeout, True
+    for f in futs:
+        try: ok = f.result(max(0., deadline - time.monotonic()))['content']['status'] == 'ok' and ok
+        except (TimeoutError, concurrent.futures.TimeoutError): f.cancel(); ok = False
+        except Exception: ok = False  # the client was closed meanwhile
+    return ok
+
+def ask_to_exit(rc, # a connected Client
+                timeout:float=5, # seconds for the engines' answers, then as many for the controller's
+               ) -> bool: # True: every engine and the controller said yes in time
+    "Ask every engine, then the controller, to exit, as `Client.shutdown(hub=True)` does, each wait with a deadline"
+    # (the requests `Client.shutdown` sends with `Client._send` in ipyparallel 9.2, whose own waits have no deadline)
+    if not all(hasattr(rc, a) for a in ('_send', '_control_stream', '_query_stream', '_notification_handlers')):
+        raise missing('Client._send, Client._control_stream, Client._query_stream and Client._notification_handlers')
+    try: futs = [rc._send(rc._control_stream, 'shutdown_request', content={'restart': False}, ident=u.encode())
+                 for u in list(engine_uuids(rc).values())]
+    except Exception:  # the client is closed (zmq and tornado raise several kinds)
+        log.debug("the engines were not asked to exit: the client is closed", exc_info=True); return False
+    ok = _answered(futs, timeout)
+    rc._notification_handlers['shutdown_notification'] = lambda msg: None  # (or the client closes before the answer)
+    try: hub = [rc._send(rc._query_stream, 'shutdown_request')]
+    except Exception: log.debug("the controller was not asked to exit", exc_info=True); return False
+    return _answered(hub, timeout) and ok
 
 # %% ../nbs/00b_compat_ipp.ipynb #f3a91c47
 def engine_exits(cluster, # an ipyparallel Cluster, or None

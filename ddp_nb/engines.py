@@ -10,7 +10,7 @@ from .core import engine_count, engines_per_host, mpi_host_args, pick_backend, s
 from .host import local_cpus, local_gpus, local_ipv4, probe_host, route_source, _ssh_target
 from .processes import ENGINE_CMD, cluster_procs, kill_procs, watch_owner
 from .forkserver import ForkedProcess, launchers, start_fork_server, stop_fork_server, use_fork_server
-from .compat_ipp import (controller_process, engine_exits, engine_launchers, engine_state_file, hub_answers,
+from .compat_ipp import (ask_to_exit, controller_process, engine_exits, engine_launchers, engine_state_file, hub_answers,
                                launcher_process, noninteractive, stop_sync_thread)
 
 # what is swallowed goes here, at DEBUG: logging.getLogger('ddp_nb').setLevel('DEBUG') shows it
@@ -224,11 +224,10 @@ def _in_ipython() -> bool:
     return get_ipython() is not None
 
 # %% ../nbs/02a_engines.ipynb #ae98d3ab
-def _polite_stop(cluster, rc):
-    "Ask the engines and the hub to exit and the launchers to stop (may block on an engine that cannot answer)"
-    try:
-        if rc is not None: rc.shutdown(hub=True, block=True)
-    except Exception: log.debug("the engines were not asked to exit (stop_ipp ends them next)", exc_info=True)
+def _polite_stop(cluster, rc, patience):
+    "Ask the engines and the hub to exit (`patience` s for their answers) and the launchers to stop; close the client"
+    if rc is not None and not ask_to_exit(rc, patience):
+        log.debug("not every engine (or the hub) said it exits: stop_ipp ends what is left")
     try:
         if cluster is not None: cluster.stop_cluster_sync()
     except Exception: log.debug("the launchers did not stop (stop_ipp ends what is left next)", exc_info=True)
@@ -243,10 +242,13 @@ def stop_ipp(cluster, # the ipyparallel Cluster (None: only what `rc` can reach)
             ):
     "Stop an ipyparallel cluster quietly and leave none of its processes, even if an engine cannot answer"
     import os
-    t = threading.Thread(target=_polite_stop, args=(cluster, rc), daemon=True, name='ddp_nb-stop')
-    t.start(); t.join(patience)  # a stopped or GIL-stuck engine never answers shutdown: don't wait for it forever
+    t = threading.Thread(target=_polite_stop, args=(cluster, rc, patience), daemon=True, name='ddp_nb-stop')
+    t.start(); t.join(patience)  # a stopped or GIL-stuck engine never answers: its processes are ended next
     # mostly the nannies, which take ~1.5 s to honour SIGTERM (and the fork server, and engines it forked)
     if cluster_id: kill_procs(cluster_procs(cluster_id), grace=0.5)
+    # every wait in it has a deadline, and its launchers now see their processes gone: it ends, with the client
+    t.join(2 * patience + 10)
+    if t.is_alive(): log.warning("ddp_nb: the polite stop of cluster %s still runs after %.0f s", cluster_id, 3 * patience + 10)
     stop_fork_server(cluster_id)  # (its reader thread, its channel)
     # in a Jupyter kernel: the thread and loop ipyparallel's *_sync calls ran in (1 thread, 3 fds a cluster)
     stop_sync_thread(cluster)

@@ -1,11 +1,22 @@
-"Start, stop and failure paths of DDPCluster, counted in processes"
-import os, signal, time
-import psutil, pytest
+"Start, stop and failure paths of DDPCluster, counted in processes (and the test process's threads and descriptors)"
+import logging, os, signal, threading, time
+import psutil, pytest, zmq
 from ddp_nb import DDPCluster
 from ddp_nb.processes import cluster_procs
 
 
-def test_stop_leaves_no_process(no_leftovers):
+NOT_ASKED = 'not every engine (or the hub) said it exits'
+
+
+def kept() -> tuple:
+    "This process's threads (by name) and open file descriptors"
+    zmq.Context.instance().socket(zmq.PUB).close()  # (zmq's shared context and its I/O thread live as long as the process)
+    return sorted(t.name for t in threading.enumerate()), len(os.listdir('/proc/self/fd'))
+
+
+def test_stop_leaves_no_process(no_leftovers, caplog):
+    caplog.set_level(logging.DEBUG, logger='ddp_nb.engines')
+    threads, fds = kept()
     cl = DDPCluster(n=2).start()
     procs = cluster_procs(cl.cluster_id)
     # controller (+ its schedulers), 2 engines, 2 nannies
@@ -17,6 +28,8 @@ def test_stop_leaves_no_process(no_leftovers):
     cl.stop()
     assert cluster_procs(cl.cluster_id) == []
     assert not any(psutil.pid_exists(p) for p in engine_pids)
+    assert NOT_ASKED not in caplog.text  # every engine and the hub were asked, and said yes
+    assert kept()[0] == threads and abs(kept()[1] - fds) <= 1, (threads, fds, kept())
     cl.stop()  # a second stop is a no-op
 
 
@@ -55,13 +68,18 @@ def test_stopped_rank_is_named_within_timeout(no_leftovers):
             os.kill(pid1, signal.SIGCONT)
 
 
-def test_stop_does_not_hang_on_a_stopped_engine(no_leftovers):
+def test_stop_does_not_hang_on_a_stopped_engine(no_leftovers, caplog):
+    "...nor leave the thread that asked it to exit (it waited for ever, with the client, its thread and sockets)"
+    caplog.set_level(logging.DEBUG, logger='ddp_nb.engines')
+    threads, fds = kept()
     cl = DDPCluster(n=2).start()
     os.kill(cl.ranks[1].pid, signal.SIGSTOP)   # registered, beating (C heartbeat thread is stopped too), never answers
     t0 = time.monotonic()
     cl.stop()
     assert time.monotonic() - t0 < 15
     assert cluster_procs(cl.cluster_id) == []
+    assert kept()[0] == threads and abs(kept()[1] - fds) <= 1, (threads, fds, kept())
+    assert NOT_ASKED in caplog.text
 
 
 def test_two_clusters_side_by_side_do_not_collide(no_leftovers):

@@ -22,7 +22,7 @@ from ddp_nb.compat_ipp import engine_state_file
 def counts():
     "This kernel's threads (Python's, and the OS's), open file descriptors and resident memory in MB"
     gc.collect()
-    return dict(threads=threading.active_count(), tasks=len(os.listdir('/proc/self/task')), fds=len(os.listdir('/proc/self/fd')),
+    return dict(threads=threading.active_count(), names=sorted(t.name for t in threading.enumerate()), tasks=len(os.listdir('/proc/self/task')), fds=len(os.listdir('/proc/self/fd')),
                 rss=int(open('/proc/self/statm').read().split()[1]) * os.sysconf('SC_PAGE_SIZE') / 2**20)
 def wait_for(cond, limit=60):
     "Poll `cond` until it is true (True) or `limit` s passed (False)"
@@ -55,14 +55,14 @@ def k():
 
 def grew(before: dict, after: dict) -> dict:
     "How much each count grew"
-    return {key: round(after[key] - before[key], 1) for key in before}
+    return {key: round(after[key] - before[key], 1) for key in before if key != 'names'}
 
 
 def assert_flat(before: dict, after: dict, what: str, n: int):
     "Threads and file descriptors equal within 1, memory within RSS_MB after `n` cycles"
     d, bound = grew(before, after), RSS_MB[0] + RSS_MB[1] * n
     print(f"\n{what}: before {before}, after {after}, grew {d}")
-    assert all(abs(d[key]) <= 1 for key in ('threads', 'tasks', 'fds')), f"{what}: the kernel leaks: grew {d}"
+    assert all(abs(d[key]) <= 1 for key in ('threads', 'tasks', 'fds')), f"{what}: the kernel leaks: grew {d}; threads new {sorted(set(after['names']) - set(before['names']))}"
     assert d['rss'] <= bound, f"{what}: the kernel's memory grew by {d['rss']} MB (bound {bound:g} MB)"
 
 
