@@ -21,7 +21,7 @@ from .group import collector_host, form_group, network, plan_group, release, tea
 from .supervise import ClusterGone, Supervisor, interrupted_line, show_stacks, stop_line, stopped_ranks, where
 from .magics import activate, deactivate
 from .launch import run_script
-from .compare import compare
+from .compare import compare, differing
 from .profile import profile
 from .postmortem import PostMortem, console_file
 from .collectives import collectives_table, read_records, set_debug
@@ -715,20 +715,22 @@ def _heal(self:DDPCluster, new:list, # the new ranks
           kept:list, # the ranks that kept their state
          ) -> dict: # what happened, for `_restarted_line`
     "Heal `new` from the lowest kept rank (`ddp_nb.heal`): its namespace, big tensors over the group, DDP again"
-    from ddp_nb.heal import offer, inventory, heal_rank, rewrap_names, differing
     src, t0 = min(kept), time.monotonic()
-    try:
-        o = self._ranks.call(offer, ranks=[src], what=f"packing rank {src}'s namespace", timeout=self.timeout)[src]
-        inv = self._ranks.call(inventory, ranks=kept, what="listing the survivors' namespaces", timeout=self.timeout)
+    try:  # (the heal's functions by name: the kernel imports neither them nor torch)
+        o = self._ranks.call('ddp_nb.heal:offer', ranks=[src], what=f"packing rank {src}'s namespace",
+                             timeout=self.timeout)[src]
+        inv = self._ranks.call('ddp_nb.heal:inventory', ranks=kept, what="listing the survivors' namespaces",
+                               timeout=self.timeout)
         wrap = sorted(set.intersection(*(set(i['ddp']) for i in inv.values())) - set(o['skipped']))  # (on every rank)
         # (with two survivors or more: what differs between them is each rank's own, not the new rank's)
         own = differing({r: i['plain'] for r, i in inv.items()}) if len(kept) > 1 else []
         send, recv = dict(role='send', to=new), dict(role='recv', src=src, drop=own,
                                                      **{k: o[k] for k in ('skeleton', 'specs', 'own', 'rng')})
         each = {r: (send if r == src else recv,) for r in [src, *new]}
-        res = self._ranks.call(heal_rank, each=each, what='healing', timeout=self.timeout + o['nbytes'] / 20e6)
+        res = self._ranks.call('ddp_nb.heal:heal_rank', each=each, what='healing',
+                               timeout=self.timeout + o['nbytes'] / 20e6)
         # (only once every new rank holds its models: wrapping is a collective of every rank)
-        self._ranks.call(rewrap_names, wrap, what='wrapping DDP models again', timeout=self.timeout)
+        self._ranks.call('ddp_nb.heal:rewrap_names', wrap, what='wrapping DDP models again', timeout=self.timeout)
     except Exception as e: return dict(src=src, error=str(e).strip()[:300] or type(e).__name__)
     skipped = o['skipped'] | {k: 'it differs between the survivors: each rank has its own' for k in own}
     return dict(src=src, names=res[new[0]]['names'], skipped=skipped, rewrapped=wrap, nbytes=o['nbytes'],

@@ -10,9 +10,9 @@ from .core import RankRunner, call_ranks, name_ranks, parse_ranks, rank_ranges
 
 # %% auto #0
 __all__ = ['tensor_digest', 'NumberList', 'EmptyContainer', 'is_dtensor', 'leaf_entry', 'dtensor_entry', 'unwrap_module',
-           'leaves', 'fingerprint', 'rng_states', 'sampler_positions', 'user_namespace', 'evaluate', 'CompareRow',
-           'compare_row', 'Comparison', 'compare_fingerprints', 'comparison_text', 'comparison_html', 'leaf_values',
-           'rank_values', 'fill_diffs', 'compare_objects', 'compare']
+           'leaves', 'fingerprint', 'rng_states', 'sampler_positions', 'user_namespace', 'evaluate', 'differing',
+           'CompareRow', 'compare_row', 'Comparison', 'compare_fingerprints', 'comparison_text', 'comparison_html',
+           'leaf_values', 'rank_values', 'fill_diffs', 'compare_objects', 'compare']
 
 # %% ../nbs/00e_compare.ipynb #f8717c94
 _CHUNK = 1 << 26  # bytes hashed at a time: a GPU tensor is copied to the CPU this much at a time
@@ -268,6 +268,13 @@ def evaluate(expr:str, # a Python expression in the rank's namespace, or 'rng' o
     try: obj = _eval(expr, ns)
     except Exception as ex: return [('', _error(ex, f"{type(ex).__name__}: {ex}"))]
     return list(fingerprint(obj, max_entries).items())
+
+# %% ../nbs/00e_compare.ipynb #91fdb3e1
+def differing(prints:dict, # rank -> {name: its value as text}
+             ) -> list:
+    "The names whose values differ between the ranks (or that some ranks lack), sorted"
+    names = set().union(*prints.values())
+    return sorted(k for k in names if len({p.get(k) for p in prints.values()}) > 1)
 
 # %% ../nbs/00e_compare.ipynb #2247fc73
 _MISSING = dict(kind='missing', type=None, shape=None, dtype=None, hash=None)

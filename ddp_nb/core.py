@@ -4,7 +4,7 @@
 
 # %% ../nbs/00_core.ipynb #d55c729a
 from __future__ import annotations
-import operator, re, time
+import importlib, operator, re, time
 from dataclasses import dataclass, field, fields, replace
 from enum import Enum
 from typing import Protocol
@@ -13,9 +13,9 @@ from typing import Protocol
 __all__ = ['BACKENDS', 'PROGRESS_KEYS', 'TB_HINT', 'CLUSTER_PREFIX', 'pick_backend', 'engine_count', 'visible_gpus',
            'threads_per_rank', 'RankState', 'Rank', 'plan_ranks', 'check_gpus', 'torchrun_env', 'rank_device',
            'single_host', 'label_hosts', 'iface_of', 'master_address', 'check_ifname', 'engines_per_host',
-           'slurm_script', 'mpi_host_args', 'parse_ranks', 'RankRunner', 'call_ranks', 'rank_magic_args', 'rank_ranges',
-           'name_ranks', 'agree', 'StepCounter', 'Phases', 'tensorboard_parts', 'tb_tag', 'make_cluster_id',
-           'cluster_owner', 'stack_file', 'Straggler', 'find_straggler']
+           'slurm_script', 'mpi_host_args', 'parse_ranks', 'RankRunner', 'call_ranks', 'call_named', 'rank_magic_args',
+           'rank_ranges', 'name_ranks', 'agree', 'StepCounter', 'Phases', 'tensorboard_parts', 'tb_tag',
+           'make_cluster_id', 'cluster_owner', 'stack_file', 'Straggler', 'find_straggler']
 
 # %% ../nbs/00_core.ipynb #b29d9b8a
 BACKENDS = ('nccl', 'gloo')
@@ -306,6 +306,15 @@ def call_ranks(cl:RankRunner, # a started cluster
               ) -> dict: # rank -> result
     "`fn(*args)` on the selected ranks of `cl`, by rank"
     return dict(zip(parse_ranks(ranks, cl.world_size), cl.run(fn, *args, ranks=ranks)))
+
+# %% ../nbs/00_core.ipynb #8f1d0805
+def call_named(path:str, # 'module:function', e.g. 'ddp_nb.heal:offer'
+               *args, **kwargs):
+    "Import `path`'s module and call its function: what the kernel sends to a rank instead of a function it would import"
+    mod, sep, name = path.partition(':')
+    if not (sep and mod and name.isidentifier()):
+        raise ValueError(f"{path!r} names no function: write 'module:function', e.g. 'ddp_nb.heal:offer'")
+    return getattr(importlib.import_module(mod), name)(*args, **kwargs)
 
 # %% ../nbs/00_core.ipynb #6e06c4a2
 def rank_magic_args(line:str, # what follows %%rank

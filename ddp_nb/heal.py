@@ -5,7 +5,7 @@
 # %% auto #0
 __all__ = ['RANK_NAMES', 'IPYTHON_NAMES', 'SMALL', 'PLAIN', 'carried', 'Sharded', 'Packer', 'Pending', 'Unpacker', 'pack',
            'unpack', 'retarget', 'flat_bytes', 'wire_device', 'spec_bytes', 'from_bytes', 'offer', 'inventory',
-           'differing', 'rewrap_all', 'heal_rank', 'rewrap_names']
+           'rewrap_all', 'heal_rank', 'rewrap_names']
 
 # %% ../nbs/01k_heal.ipynb #3bb349ee
 import io, math, pickle, time
@@ -203,7 +203,8 @@ def offer() -> dict:
     # the random generators: the lost rank's were the same where every rank was seeded alike (`seed_everything`)
     rng = rng_state(); rng.pop('cuda', None)
     if ri.device.type == 'cuda': rng['device'] = torch.cuda.get_rng_state(ri.device)  # (its GPU's: the new one's)
-    return dict(skeleton=skel, specs=specs, skipped=skipped, own=own, rank=ri.rank, rng=rng,
+    buf = io.BytesIO(); torch.save(rng, buf)  # (bytes the kernel passes on: it never loads a tensor, nor imports torch)
+    return dict(skeleton=skel, specs=specs, skipped=skipped, own=own, rank=ri.rank, rng=buf.getvalue(),
                 nbytes=sum(t.numel() * t.element_size() for t in tensors))
 
 # %% ../nbs/01k_heal.ipynb #bb190507
@@ -211,17 +212,11 @@ PLAIN = (int, float, str, bool, bytes, type(None))  # values compared between su
 
 def inventory(ns:dict|None=None, # a namespace; None: this rank's `%%px` one
              ) -> dict: # ddp: the names holding a DDP model; plain: the plain values (`PLAIN`), as text
-    "What a survivor tells the kernel before a heal: which names to wrap again, and values to compare (`differing`)"
+    "What a survivor tells the kernel before a heal: which names to wrap again, and values to compare (`compare.differing`)"
     from ddp_nb.rank import namespace
     ns, mine = carried(user_namespace(ns)), set(namespace())
     return dict(ddp=sorted(k for k, v in ns.items() if isinstance(v, DDP)),
                 plain={k: repr(v)[:200] for k, v in ns.items() if k not in mine and isinstance(v, PLAIN)})
-
-def differing(prints:dict, # rank -> the plain values of its `inventory`
-             ) -> list:
-    "The names whose plain values differ between the ranks (or that some ranks lack)"
-    names = set().union(*prints.values())
-    return sorted(k for k in names if len({p.get(k) for p in prints.values()}) > 1)
 
 # %% ../nbs/01k_heal.ipynb #0dce5e08
 def rewrap_all(ns:dict, # a namespace
@@ -260,7 +255,7 @@ def heal_rank(plan:dict, # role: 'send' (to=), 'recv' (src=, skeleton=, specs=, 
         out['own'] = retarget(vals, plan['own'], ri.rank, ri.local_rank)
         for k in plan.get('drop', ()): vals.pop(k, None)  # the survivors' own values (`differing`)
         ns.update(vals)
-        rng = dict(plan['rng']); dev = rng.pop('device', None)
+        rng = torch.load(io.BytesIO(plan['rng']), weights_only=True); dev = rng.pop('device', None)
         set_rng_state(rng)
         if dev is not None: torch.cuda.set_rng_state(dev, ri.device)
         out['names'] = sorted(vals)

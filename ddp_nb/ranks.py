@@ -6,7 +6,7 @@
 from __future__ import annotations
 import copy, os, re, signal, time
 from dataclasses import replace
-from .core import Rank, RankState, name_ranks, parse_ranks
+from .core import Rank, RankState, call_named, name_ranks, parse_ranks
 from .host import host_identity, pid_alive
 from .compat_ipp import engine_uuids, pending_tasks, task_futures
 
@@ -125,7 +125,8 @@ class RankSet:
         st = self.status()
         return [replace(p, state=st[p.rank]) for p in self.plan]
 
-    def call(self, fn, *args,
+    def call(self, fn, # the function, or its 'module:function' name (`call_named`: the kernel does not import it)
+             *args,
              ranks=None, # the ranks to call (see `select`); None: all (with `each`: its keys)
              each:dict|None=None, # rank -> its own arguments (a tuple, after `args`); only those ranks are called
              block:bool=True, # wait for every answer; False: rank -> AsyncResult at once
@@ -138,8 +139,10 @@ class RankSet:
             raise ValueError("Pass ranks= or each= (its keys are the ranks called), not both.")
         own = ({r: tuple(each[r]) for r in self.select(list(each))} if each is not None
                else {r: () for r in self.select(ranks)})
+        what = what or f"{getattr(fn, '__name__', fn)}()"
+        if isinstance(fn, str): fn, args = call_named, (fn, *args)
         ars = {r: self.rc[self.plan[r].engine_id].apply_async(fn, *args, *a, **kwargs) for r, a in own.items()}
-        return gather(ars, what or f"{getattr(fn, '__name__', fn)}()", timeout) if block else ars
+        return gather(ars, what, timeout) if block else ars
 
     def call_engines(self, ids:list, fn, *args, what:str='', timeout:float=60, **kwargs) -> dict:
         "Call `fn` on engines that may have no rank yet (the plan is being made): engine id -> result"

@@ -10,7 +10,7 @@ from ddp_nb.host import pid_alive
 MEASURED = {}
 
 SETUP = r'''
-import os, time
+import os, sys, time
 from ddp_nb import DDPCluster
 from ddp_nb.processes import cluster_procs
 cl = DDPCluster(n=2).start()
@@ -72,6 +72,7 @@ def test_kill_mid_fit_restart_heals_and_continues_bit_identical(k):
     MEASURED['restart + heal (s)'] = round(time.monotonic() - t0, 2)
     print(out)
     assert "rank 1 is a new engine, healed from rank 0 in " in out and 'DDP wrapped again on every rank: model' in out, out
+    assert k.value("'torch' in sys.modules") is False, "the heal brought torch into the kernel (2 s of the restart)"
     # the new rank holds the user's variables, with its own rank
     assert k.value("cl.pull('(note, seen, rank, loader.sampler.rank, loader.fit_state[\"step\"])', rank=1)") == \
         [{'who': 'user'}, [1, 2, 3], 1, 1, survived[0]]
