@@ -127,7 +127,8 @@ def ipp_cluster(n:int, # engines to start
                 cluster_id:str, # the cluster's id (`core.make_cluster_id`)
                 engines='local', # ipyparallel's engine launcher
                 hosts=None, per_host=None, env:dict|None=None, # for launchers on other hosts (see `remote_config`)
-                heartbeat_ms:int=200, # controller heartbeat period: engines register after one beat
+                # controller heartbeat period: an engine registers within two beats; one silent for 10 s is gone
+                heartbeat_ms:int=100,
                 start_timeout:float=120, # seconds for the engines to register
                 persistent:bool=False, # keep running after this process ends
                 # local engines forked from a warm fork server; None: unless DDP_NB_FORK_SERVER=0
@@ -139,7 +140,7 @@ def ipp_cluster(n:int, # engines to start
     kw = dict(ipp_kwargs)
     # (a persistent cluster's engines outlive this process: they start as their own processes)
     fork = engines == 'local' and not persistent and use_fork_server(fork_server)
-    args = ([f'--HeartMonitor.period={heartbeat_ms}', '--HeartMonitor.max_heartmonitor_misses=50']
+    args = ([f'--HeartMonitor.period={heartbeat_ms}', f'--HeartMonitor.max_heartmonitor_misses={-(-10_000 // heartbeat_ms)}']
             + list(kw.pop('controller_args', [])))
     kw.setdefault('log_level', logging.ERROR)
     kw.setdefault('delay', 0)

@@ -180,6 +180,7 @@ def _warm():
     recorder_env()  # as engine_main sets it: torch sizes the recorder's ring once
     import torch, torch.distributed  # (loads OpenMP; no parallel region runs here)
     import ipyparallel.engine.app, ipyparallel.engine.nanny
+    import ipykernel.debugger  # (debugpy: every engine's kernel makes its debugger; ~0.08 s each, after the fork)
     import ddp_nb.rank, ddp_nb.report, ddp_nb.context, ddp_nb.collectives
     # (not `torch.compile`'s ~800 modules: importing them here would delay every start; `_warm_later` does, when idle)
     assert not torch.cuda.is_initialized(), "the fork server must never touch CUDA"

@@ -14,6 +14,16 @@ def kept() -> tuple:
     return sorted(t.name for t in threading.enumerate()), len(os.listdir('/proc/self/fd'))
 
 
+def back_to(before: tuple, limit: float = 10) -> tuple:
+    "`kept()` once it is `before` again (threads the same, descriptors within 1), or after `limit` s"
+    # (zmq closes a closed socket's descriptor in its I/O thread, a moment later)
+    deadline = time.monotonic() + limit
+    while True:
+        now = kept()
+        if (now[0] == before[0] and abs(now[1] - before[1]) <= 1) or time.monotonic() > deadline: return now
+        time.sleep(0.1)
+
+
 def test_stop_leaves_no_process(no_leftovers, caplog):
     caplog.set_level(logging.DEBUG, logger='ddp_nb.engines')
     threads, fds = kept()
@@ -29,7 +39,8 @@ def test_stop_leaves_no_process(no_leftovers, caplog):
     assert cluster_procs(cl.cluster_id) == []
     assert not any(psutil.pid_exists(p) for p in engine_pids)
     assert NOT_ASKED not in caplog.text  # every engine and the hub were asked, and said yes
-    assert kept()[0] == threads and abs(kept()[1] - fds) <= 1, (threads, fds, kept())
+    now = back_to((threads, fds))
+    assert now[0] == threads and abs(now[1] - fds) <= 1, ((threads, fds), now)
     cl.stop()  # a second stop is a no-op
 
 
@@ -78,7 +89,8 @@ def test_stop_does_not_hang_on_a_stopped_engine(no_leftovers, caplog):
     cl.stop()
     assert time.monotonic() - t0 < 15
     assert cluster_procs(cl.cluster_id) == []
-    assert kept()[0] == threads and abs(kept()[1] - fds) <= 1, (threads, fds, kept())
+    now = back_to((threads, fds))
+    assert now[0] == threads and abs(now[1] - fds) <= 1, ((threads, fds), now)
     assert NOT_ASKED in caplog.text
 
 
