@@ -171,9 +171,11 @@ def cleanup(everything:bool=False, # stop every cluster, owners alive or not, pe
         try: stop_cluster(cid)
         except ValueError: pass  # it ended meanwhile
     from ddp_nb.processes import sweep_stale_files
+    from ddp_nb.forkserver import stop_standbys
     # and the rank files of clusters that ended without stop() (this user's folder, and old ones in the temporary
-    # folder)
+    # folder), and the standby fork servers waiting for a next kernel (`DDPCluster(keep_warm=...)`)
     sweep_stale_files()
+    stop_standbys(ipython_dir)
     return ids
 
 # %% ../nbs/02h_cli.ipynb #a1c0de02
@@ -246,7 +248,7 @@ def _parser() -> argparse.ArgumentParser:
     ls.add_argument('--json', action='store_true', help='print JSON instead of a table')
     s = sub.add_parser('stop', help='stop ddp_nb clusters by id (as `ddp_nb list` shows them)')
     s.add_argument('ids', nargs='+', metavar='ID')
-    c = sub.add_parser('cleanup', help='stop ddp_nb clusters left behind: owner gone, not persistent')
+    c = sub.add_parser('cleanup', help='stop ddp_nb clusters left behind (owner gone, not persistent) and standby fork servers')
     c.add_argument('--all', action='store_true',
                    help='stop every ddp_nb cluster of this user, owners alive or not, persistent or not')
     for q in (ls, c):
@@ -277,8 +279,11 @@ def main(argv:list[str]|None=None) -> int:
             except ValueError as e: print(f"ddp_nb stop: {e}", file=sys.stderr); bad += 1
         return 1 if bad else 0
     elif a.cmd == 'cleanup':
+        from ddp_nb.forkserver import standbys
+        waiting = len(standbys(a.ipython_dir))
         ids = cleanup(everything=a.all, ipython_dir=a.ipython_dir)
-        print(f"Stopped {len(ids)} cluster(s)" + (': ' + ', '.join(ids) if ids else ''))
+        print(f"Stopped {len(ids)} cluster(s)" + (': ' + ', '.join(ids) if ids else '')
+              + (f"; ended {waiting} standby fork server(s)" if waiting else ''))
     elif a.cmd == 'train-digits':
         from ddp_nb.digits import torchrun_worker
         torchrun_worker(a.epochs, a.lr, a.batch_size, a.seed, a.out, a.timeout)

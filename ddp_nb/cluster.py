@@ -57,12 +57,15 @@ class DDPCluster:
                  port:int|None=None, # rendezvous port on rank 0's host; None: a free one (fix it for a firewall)
                  # local engines forked from a warm fork server (torch imported once); None: unless DDP_NB_FORK_SERVER=0
                  fork_server:bool|None=None,
+                 # seconds the idle fork server's standby waits for the next kernel's cluster (a restarted kernel
+                 # starts without importing torch again); None: DDP_NB_KEEP_WARM, else 0 (none)
+                 keep_warm:float|None=None,
                  **ipp_kwargs, # to `ipyparallel.Cluster` (config=, controller_ip=, ...); local: controller on 127.0.0.1
                 ):
         if timeout <= 0: raise ValueError(f"timeout={timeout!r}: pass a positive number of seconds.")
         self.timeout, self.threads, self.engines, self.hosts, self.ifname = timeout, threads, engines, hosts, ifname
         self.env, self.heartbeat_ms, self.start_timeout = dict(env or {}), heartbeat_ms, start_timeout
-        self.ipp_kwargs, self.fork_server = ipp_kwargs, fork_server
+        self.ipp_kwargs, self.fork_server, self.keep_warm = ipp_kwargs, fork_server, keep_warm
         self.persistent, self.port, self.per_host, self.attached = persistent, port, n, False
         self.cluster_id = self.start_time = self.start_phases = self.master_addr = self.master_port = None
         self._ipp = self._rc = self._view = self._fin = self._collector = self._history = self._dash = None
@@ -258,7 +261,7 @@ def start(self:DDPCluster) -> DDPCluster:
                                                      self.backend)
             self.n = sum(self.per_host.values())
         self._ipp = ipp_cluster(self.n, self.cluster_id, self.engines, self.hosts, self.per_host, self.env,
-                                self.heartbeat_ms, self.start_timeout, self.persistent, self.fork_server,
+                                self.heartbeat_ms, self.start_timeout, self.persistent, self.fork_server, self.keep_warm,
                                 **self.ipp_kwargs)
         if not self.persistent:  # a persistent cluster outlives this process
             self._fin = Finalize(self, _end_unstopped, args=(self._ipp, self.cluster_id), exitpriority=10)

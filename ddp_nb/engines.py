@@ -9,7 +9,7 @@ import psutil
 from .core import engine_count, engines_per_host, mpi_host_args, pick_backend, slurm_script
 from .host import local_cpus, local_gpus, local_ipv4, probe_host, route_source, _ssh_target
 from .processes import ENGINE_CMD, cluster_procs, kill_procs, watch_owner
-from .forkserver import ForkedProcess, launchers, start_fork_server, stop_fork_server, use_fork_server
+from .forkserver import ForkedProcess, launchers, standby_seconds, start_fork_server, stop_fork_server, use_fork_server
 from .compat_ipp import (ask_to_exit, controller_process, engine_exits, engine_launchers, engine_state_file, hub_answers,
                                launcher_process, noninteractive, stop_sync_thread)
 
@@ -133,6 +133,7 @@ def ipp_cluster(n:int, # engines to start
                 persistent:bool=False, # keep running after this process ends
                 # local engines forked from a warm fork server; None: unless DDP_NB_FORK_SERVER=0
                 fork_server:bool|None=None,
+                keep_warm:float|None=None, # seconds its standby waits for the next kernel's cluster; None: DDP_NB_KEEP_WARM
                 **ipp_kwargs, # passed on to `ipyparallel.Cluster`
                ):
     "An ipyparallel Cluster, quiet, quick to register engines, and ended with its owner"
@@ -155,7 +156,8 @@ def ipp_cluster(n:int, # engines to start
     c.log.addFilter(_AlreadyRemoved())
     # now: it imports torch while the controller starts; its environment is what the engines' launchers give them
     if fork: start_fork_server(cluster_id, {**os.environ, 'IPP_PROFILE_DIR': c.profile_dir,
-                                            **cfg.LocalEngineSetLauncher.get('environment', {})}, timeout=start_timeout)
+                                            **cfg.LocalEngineSetLauncher.get('environment', {})}, start_timeout,
+                               standby_seconds(keep_warm))
     return c
 
 # %% ../nbs/02a_engines.ipynb #863ff196

@@ -4,20 +4,22 @@
 
 # %% ../nbs/02a1_forkserver.ipynb #a54ab2da
 from __future__ import annotations
-import json, logging, os, select, signal, socket, subprocess, sys, threading, time, traceback
+import fcntl, hashlib, json, logging, os, select, signal, socket, subprocess, sys, threading, time, traceback
 import psutil
 from fastcore.basics import patch
-from .processes import ENGINE_CMD
+from .processes import ENGINE_CMD, OWNER_ENV, rank_dir
 from .compat_ipp import adopt_process, replace_nanny_start
 
 # what is swallowed goes here, at DEBUG: logging.getLogger('ddp_nb').setLevel('DEBUG') shows it
 log = logging.getLogger('ddp_nb.forkserver')
 
 # %% auto #0
-__all__ = ['log', 'FORK_SERVER_ENV', 'MAX_MSG', 'IMPORT_ENV', 'SERVE_CMD', 'TITLE_ROOM', 'TO_SERVER', 'TO_KERNEL', 'LATER',
-           'IDLE_BEFORE_LATER', 'forked_with', 'ForkServerError', 'use_fork_server', 'import_env', 'encode', 'decode',
-           'check_spawn', 'set_cmdline', 'reseed', 'prefork_nanny', 'serve', 'ForkServer', 'start_fork_server',
-           'fork_server', 'stop_fork_server', 'ForkedProcess', 'launchers']
+__all__ = ['log', 'FORK_SERVER_ENV', 'MAX_MSG', 'IMPORT_ENV', 'SERVE_CMD', 'TITLE_ROOM', 'KEEP_WARM_ENV', 'STANDBY_KEY_ENV',
+           'ROOM_ENV', 'ENV_ROOM', 'CLUSTER_ENV', 'TO_SERVER', 'HELLO', 'TO_KERNEL', 'LATER', 'IDLE_BEFORE_LATER',
+           'forked_with', 'ForkServerError', 'use_fork_server', 'import_env', 'standby_seconds', 'standby_key',
+           'standby_path', 'encode', 'decode', 'check_env', 'check_spawn', 'set_cmdline', 'reseed', 'prefork_nanny',
+           'peer_uid', 'serve', 'set_environ', 'adopt_env', 'standbys', 'stop_standbys', 'ForkServer', 'from_standby',
+           'start_fork_server', 'fork_server', 'stop_fork_server', 'ForkedProcess', 'launchers']
 
 # %% ../nbs/02a1_forkserver.ipynb #79159476
 FORK_SERVER_ENV = 'DDP_NB_FORK_SERVER'  # '0': local engines start as before, each a new `python -c` (no fork server)
@@ -39,6 +41,37 @@ def use_fork_server(asked:bool|None=None, # `DDPCluster(fork_server=...)`; None:
 def import_env(env:dict) -> dict:
     "The variables of `env` that libraries read once, when they load (threads, allocators, paths)"
     return {k: v for k, v in env.items() if k.startswith(IMPORT_ENV)}
+
+KEEP_WARM_ENV = 'DDP_NB_KEEP_WARM'  # seconds a standby server waits for the next kernel's cluster; unset or 0: none
+STANDBY_KEY_ENV = 'DDP_NB_STANDBY_KEY'  # in a server's environment: which standby it leaves (`standby_key`)
+ROOM_ENV = 'DDP_NB_ENV_ROOM'  # blanks in a server's environment: room for the next cluster's (`set_environ`)
+ENV_ROOM = 16384  # bytes of it
+CLUSTER_ENV = ('IPP_CLUSTER_ID', 'IPP_PROFILE_DIR', OWNER_ENV, 'IPYTHONDIR')  # what names a cluster's processes
+
+def standby_seconds(asked:float|None=None, # `DDPCluster(keep_warm=...)`; None: the environment decides
+             ) -> float: # seconds; 0: no standby
+    "Seconds a standby fork server outlives its cluster, waiting for the next kernel's: as asked, else DDP_NB_KEEP_WARM"
+    if asked is not None: return max(0., float(asked))
+    try: return max(0., float(os.environ.get(KEEP_WARM_ENV) or 0))
+    except ValueError: raise ValueError(f"{KEEP_WARM_ENV}={os.environ[KEEP_WARM_ENV]!r}: give seconds, e.g. 900") from None
+
+def standby_key(env:dict) -> str:
+    "What a standby must have been warmed with to serve engines of `env`: this Python, its packages' files, the import variables"
+    # (an upgrade, or an edit of ddp_nb, makes another key: a standby never serves code older than the kernel's)
+    import importlib.util
+    h = hashlib.sha256(json.dumps([sys.executable, sys.version, os.getuid(), sorted(import_env(env).items())]).encode())
+    for m in ('torch', 'ipyparallel', 'ipykernel', 'ddp_nb'):
+        spec = importlib.util.find_spec(m)  # (finds, imports nothing)
+        d = os.path.dirname(spec.origin) if spec and spec.origin else ''
+        for f in sorted(os.listdir(d)) if m == 'ddp_nb' and d else ['__init__.py'] if d else []:
+            if f.endswith('.py'):
+                st = os.stat(os.path.join(d, f)); h.update(f"{d}/{f}:{st.st_mtime_ns}:{st.st_size}".encode())
+    return h.hexdigest()[:16]
+
+def standby_path(key:str, # `standby_key`
+                 ) -> str:
+    "The socket a standby of `key` listens on: in this user's private folder (0700)"
+    return os.path.join(rank_dir(), f"standby-{key}.sock")
 
 # %% ../nbs/02a1_forkserver.ipynb #9db77e3f
 def encode(msg:dict) -> bytes:
@@ -63,11 +96,19 @@ def decode(b:bytes, # one datagram as received (read with room for one byte more
 
 # what each side accepts
 TO_SERVER = {'spawn': dict(id=int, argv=list, env=dict, cwd=str, output_file=str), 'stop': {}}
+HELLO = {'hello': dict(env=dict)}  # a kernel's first message to the server a standby forked for it: its cluster's environment
 TO_KERNEL = {'ready': dict(pid=int), 'failed': dict(why=str), 'spawned': dict(id=int, pid=int),
              'refused': dict(id=int, why=str),
              'exit': dict(pid=int, code=int), 'later': dict(modules=list)}
 
 # %% ../nbs/02a1_forkserver.ipynb #4d86b68b
+def check_env(env:dict) -> dict:
+    "`env` if it maps names to strings as an environment can hold them, else ValueError"
+    if not all(isinstance(k, str) and isinstance(v, str) and k and '=' not in k and '\0' not in k + v
+               for k, v in env.items()):
+        raise ValueError("env must map names to strings")
+    return env
+
 def check_spawn(msg:dict) -> dict:
     "A spawn request the server carries out, else ValueError"
     # (the engine command exactly, options, a plain environment, real paths)
@@ -77,9 +118,7 @@ def check_spawn(msg:dict) -> dict:
     if len(argv) > 256 or not all(isinstance(a, str) and a.startswith('--') and '\0' not in a
                                   for a in argv[len(ENGINE_CMD):]):
         raise ValueError("engine arguments must be at most 256 '--option' strings")
-    if not all(isinstance(k, str) and isinstance(v, str) and k and '=' not in k and '\0' not in k + v
-               for k, v in env.items()):
-        raise ValueError("env must map names to strings")
+    check_env(env)
     if not (os.path.isabs(msg['cwd']) and os.path.isdir(msg['cwd'])): raise ValueError("cwd is not a folder")
     out = msg['output_file']
     if not (os.path.isabs(out) and os.path.isdir(os.path.dirname(out))):
@@ -286,30 +325,43 @@ def _handle(ch, raw:bytes, kids:set, close:list) -> bool: # False: stop (the ker
     return True
 
 # %% ../nbs/02a1_forkserver.ipynb #42c84c26
+def peer_uid(s:socket.socket) -> int:
+    "The user id of the process at the other end of the Unix socket `s` (as the kernel saw it when it connected)"
+    return int.from_bytes(s.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)[4:8], sys.byteorder)
+
 def serve(fd:int, # the server's end of the channel (a SOCK_SEQPACKET socket its owner made)
          ):
     "The fork server: import what engines need once, then fork an engine per request"
     # (it reports how each exits, and ends with the channel)
     ch = socket.socket(fileno=fd)
-    cred = ch.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)
-    if int.from_bytes(cred[4:8], sys.byteorder) != os.getuid(): sys.exit("ddp_nb fork server: the peer is another user")
+    if peer_uid(ch) != os.getuid(): sys.exit("ddp_nb fork server: the peer is another user")
     set_cmdline([sys.executable, '-c', 'ddp_nb fork server', f"--cluster-id={os.environ.get('IPP_CLUSTER_ID', '')}"])
     try: _warm()
     except BaseException as e:  # (the kernel's engines start without it, and say why)
         _send(ch, op='failed', why=''.join(traceback.format_exception_only(type(e), e)).strip()[-2000:])
         raise
+    _serve(ch)
+
+def _serve(ch:socket.socket, # the channel to the kernel
+           later:bool=False, # `LATER` is imported already (a server its standby forked)
+          ):
+    "Fork an engine per request on `ch`; report how each exits; once idle, import `LATER` and leave a standby"
     wake_r, wake_w = os.pipe()
     for f in (wake_r, wake_w): os.set_blocking(f, False)
     signal.set_wakeup_fd(wake_w)
     done = []
     signal.signal(signal.SIGCHLD, lambda *a: None)  # (wakes the select through the pipe)
     signal.signal(signal.SIGTERM, lambda *a: done.append(1))
-    kids, close, asked, later = set(), [fd, wake_r, wake_w], False, False
+    kids, close, asked = set(), [ch.fileno(), wake_r, wake_w], False
     _send(ch, op='ready', pid=os.getpid())
+    if later: _send(ch, op='later', modules=[m for m in LATER if m in sys.modules])
     try:
         while not done:
             r, _, _ = select.select([ch, wake_r], [], [], 5. if later else IDLE_BEFORE_LATER)
-            if not r and not later: _send(ch, op='later', modules=_warm_later()); later = True
+            if not r and not later:
+                _send(ch, op='later', modules=_warm_later()); later = True
+                # (idle and warm: a copy of this server waits for the next kernel's cluster, if asked)
+                if standby_seconds(): _leave_standby(close)
             if wake_r in r:
                 try: os.read(wake_r, 4096)
                 except BlockingIOError: pass
@@ -322,26 +374,170 @@ def serve(fd:int, # the server's end of the channel (a SOCK_SEQPACKET socket its
         # asked (cl.stop()): the engines are stopped, end what is left now; else give the owner watches their time
         _end_kids(kids, 0.5 if asked or done else 2., 0. if asked or done else 10.)
 
+# %% ../nbs/02a1_forkserver.ipynb #1c38f62b
+def set_environ(env:dict, # what other processes should see as this process's environment, in this order
+               ) -> bool: # False where not every variable fitted, or where it could not (not Linux)
+    "Show `env` as this process's environment in /proc (psutil, `ps e`), in the room its own had"
+    # (libc's `environ` must not point into that room any more: `adopt_env` moves it first)
+    try:
+        import ctypes
+        with open('/proc/self/stat') as f: fields = f.read().rsplit(')', 1)[1].split()
+        start, end = int(fields[47]), int(fields[48])  # env_start, env_end (fields 50 and 51 of proc(5))
+        room, out, fitted = end - start, b'', True
+        for k, v in env.items():
+            e = f"{k}={v}".encode() + b'\0'
+            if len(out) + len(e) < room: out += e
+            else: fitted = False
+        ctypes.memmove(start, out.ljust(room, b'\0'), room)  # (a double NUL ends it)
+        return fitted
+    except (OSError, ValueError, IndexError, AttributeError): return False
+
+def adopt_env(env:dict, # the environment this process takes
+              first=CLUSTER_ENV, # names shown first in /proc (where room is short, the last go)
+             ) -> bool: # False where /proc shows only part of it
+    "Make `env` this process's environment: Python's, libc's, and what /proc shows"
+    os.environ.clear(); os.environ.update(env)  # (unsetenv, then setenv: libc's strings now live on the heap)
+    return set_environ({**{k: env[k] for k in first if k in env}, **env})
+
+# %% ../nbs/02a1_forkserver.ipynb #a6e75afb
+def _leave_standby(close:list, # this server's descriptors (channel, wake-up pipe): the standby closes them
+                  ):
+    "Fork a standby of this idle, warm server: detached (it outlives the kernel), unless one of its key waits already"
+    key, secs = os.environ.get(STANDBY_KEY_ENV), standby_seconds()
+    if not (key and secs): return
+    sys.stdout.flush(); sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:  # (forked twice: nobody's child here, in a session of its own)
+        try:
+            os.setsid()
+            if os.fork() == 0: _standby(standby_path(key), secs, close)
+        finally: os._exit(0)
+    os.waitpid(pid, 0)
+
+def _standby(path:str, # its socket (`standby_path`)
+             secs:float, # seconds it waits for a kernel each time
+             close:list, # descriptors it inherited and closes
+            ):
+    "The standby: wait up to `secs` s at a time for a kernel on `path`, fork it a server (`_served`); end when idle"
+    ino = None
+    try:
+        signal.set_wakeup_fd(-1)
+        for s in (signal.SIGCHLD, signal.SIGTERM): signal.signal(s, signal.SIG_DFL)
+        for fd in close: os.close(fd)
+        os.chdir('/')  # (holds no folder)
+        set_cmdline([sys.executable, '-c', 'ddp_nb fork server standby', f'--idle={secs:g}'])
+        adopt_env({k: v for k, v in os.environ.items() if k not in CLUSTER_ENV[:-1] + (ROOM_ENV,)})
+        lock = os.open(path[:-len('.sock')] + '.lock', os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        try: fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError: return  # one of this key waits already
+        if os.path.lexists(path): os.unlink(path)  # (a standby that was killed left it)
+        lst = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        mask = os.umask(0o177)
+        try: lst.bind(path)
+        finally: os.umask(mask)
+        ino = os.stat(path).st_ino
+        lst.listen(8)
+        wake_r, wake_w = os.pipe()
+        for f in (wake_r, wake_w): os.set_blocking(f, False)
+        signal.set_wakeup_fd(wake_w)
+        done = []
+        signal.signal(signal.SIGCHLD, lambda *a: None)
+        signal.signal(signal.SIGTERM, lambda *a: done.append(1))
+        deadline = time.monotonic() + secs
+        while not done and (left := deadline - time.monotonic()) > 0:
+            r, _, _ = select.select([lst, wake_r], [], [], left)
+            if wake_r in r:
+                try: os.read(wake_r, 4096)
+                except BlockingIOError: pass
+            try:
+                while os.waitpid(-1, os.WNOHANG)[0]: pass  # (the servers it forked, once their cluster stopped)
+            except ChildProcessError: pass
+            if lst not in r: continue
+            try: conn, _ = lst.accept()
+            except OSError: continue
+            if peer_uid(conn) != os.getuid(): conn.close(); continue
+            if os.fork() == 0: _served(conn, [lst.fileno(), lock, wake_r, wake_w])
+            conn.close(); deadline = time.monotonic() + secs
+    except BaseException: traceback.print_exc()
+    finally:
+        try:
+            if ino is not None and os.stat(path).st_ino == ino: os.unlink(path)
+        except OSError: pass
+        os._exit(0)
+
+def _served(conn:socket.socket, # the kernel's connection, accepted by the standby
+            close:list, # the standby's descriptors
+           ):
+    "In a server forked by the standby: take the cluster's environment from the kernel's hello, then serve it"
+    code = 0
+    try:
+        signal.set_wakeup_fd(-1)
+        for s in (signal.SIGCHLD, signal.SIGTERM): signal.signal(s, signal.SIG_DFL)
+        for fd in close: os.close(fd)
+        os.setsid()  # (as a server the kernel starts)
+        conn.settimeout(10)  # (the kernel sends it at once)
+        env = check_env(decode(conn.recv(MAX_MSG + 1), HELLO)['env'])
+        conn.settimeout(None)
+        adopt_env(env)
+        set_cmdline([sys.executable, '-c', 'ddp_nb fork server', f"--cluster-id={env.get('IPP_CLUSTER_ID', '')}"])
+        _serve(conn, later=True)
+    except BaseException as e:
+        code = 1
+        _send(conn, op='failed', why=''.join(traceback.format_exception_only(type(e), e)).strip()[-2000:])
+    finally: os._exit(code)
+
+def standbys(ipython_dir:str|None=None, # only those started under this IPYTHONDIR; None: all of this user's
+            ) -> list[psutil.Process]:
+    "This user's standby fork servers"
+    out = []
+    for p in psutil.process_iter():
+        try:
+            if p.uids().real != os.getuid() or 'ddp_nb fork server standby' not in p.cmdline(): continue
+            if ipython_dir is None or os.path.realpath(p.environ().get('IPYTHONDIR', '')) == os.path.realpath(ipython_dir):
+                out.append(p)
+        except (psutil.Error, OSError): pass
+    return out
+
+def stop_standbys(ipython_dir:str|None=None, # only those started under this IPYTHONDIR; None: all of this user's
+                  timeout:float=5, # seconds each gets after SIGTERM, before SIGKILL
+                 ) -> int: # how many were running
+    "End this user's standby fork servers (the servers they forked for running clusters stay)"
+    ps = standbys(ipython_dir)
+    for p in ps:
+        try: p.terminate()
+        except psutil.Error: pass
+    _, left = psutil.wait_procs(ps, timeout)
+    for p in left:
+        try: p.kill()
+        except psutil.Error: pass
+    psutil.wait_procs(left, timeout)
+    return len(ps)
+
 # %% ../nbs/02a1_forkserver.ipynb #f5731979
 class ForkServer:
     "The kernel's end of a fork server: starts it, asks it for engines, and learns how each one ended"
     def __init__(self, env:dict, # the server's environment: the engines' (cluster id, owner, ...)
                  cwd:str='.', # the server's working folder
                  timeout:float=60, # seconds a request may wait (the first waits for the server's imports)
+                 sock:socket.socket|None=None, # connected to a server a standby forked (`from_standby`); None: start one
                 ):
-        a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.timeout, self.env = timeout, dict(env)
         self.failure = None  # why the server failed, as it said
         self.later = None  # the modules it imported ahead once idle (`LATER`), when it says so
-        try:  # (its own output goes nowhere: it sends why it failed; each engine's goes to its output file)
-            self.proc = subprocess.Popen(SERVE_CMD + [str(b.fileno()), ' ' * TITLE_ROOM], pass_fds=[b.fileno()],
-                                         env=self.env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                         stderr=subprocess.DEVNULL, start_new_session=True)
-        finally: b.close()
-        self.sock, self.ready, self.gone = a, threading.Event(), threading.Event()
+        if sock is None:
+            sock, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            try:  # (its own output goes nowhere: it sends why it failed; each engine's goes to its output file)
+                self.proc = subprocess.Popen(SERVE_CMD + [str(b.fileno()), ' ' * TITLE_ROOM], pass_fds=[b.fileno()],
+                                             env=self.env, cwd=cwd, stdin=subprocess.DEVNULL,
+                                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                             start_new_session=True)
+            finally: b.close()
+        else: self.proc = None  # (a psutil.Process once it says its pid: `from_standby`)
+        self.sock, self.ready, self.gone, self.pid = sock, threading.Event(), threading.Event(), getattr(self.proc, 'pid', None)
         self._cv, self._next, self._answers, self._exits, self._send_lock = (threading.Condition(), 0, {}, {},
                                                                            threading.Lock())
-        self._reader = threading.Thread(target=self._read, daemon=True, name=f'ddp_nb-fork-server-{self.proc.pid}')
+        self._reader = threading.Thread(target=self._read, daemon=True,
+                                        name=f'ddp_nb-fork-server-{self.pid or "standby"}')
         self._reader.start()
 
 # %% ../nbs/02a1_forkserver.ipynb #316c595b
@@ -355,7 +551,7 @@ def _read(self:ForkServer):
             try: msg = decode(raw, TO_KERNEL)
             except (ValueError, UnicodeDecodeError): log.debug("fork server: a malformed message ignored"); continue
             with self._cv:
-                if msg['op'] == 'ready': self.ready.set()
+                if msg['op'] == 'ready': self.pid = self.pid or msg['pid']; self.ready.set()
                 elif msg['op'] == 'failed': self.failure = msg['why']
                 elif msg['op'] == 'exit': self._exits[msg['pid']] = msg['code']
                 elif msg['op'] == 'later': self.later = [m for m in msg['modules'] if isinstance(m, str)]
@@ -374,13 +570,13 @@ def spawn(self:ForkServer,
           output_file:str, # where its output goes (appended; made 0600)
          ) -> int: # the engine's pid
     "Fork an engine in the server; ForkServerError if the server is gone, refuses, or does not answer in time"
-    if self.gone.is_set(): raise ForkServerError(f"the fork server (pid {self.proc.pid}) is gone{self.said()}")
+    if self.gone.is_set(): raise ForkServerError(f"the fork server (pid {self.pid}) is gone{self.said()}")
     with self._cv: self._next += 1; rid = self._next
     msg = encode(dict(op='spawn', id=rid, argv=list(argv), env=dict(env), cwd=os.path.abspath(cwd),
                       output_file=os.path.abspath(output_file)))
     try:
         with self._send_lock: self.sock.sendall(msg)
-    except OSError as e: raise ForkServerError(f"the fork server (pid {self.proc.pid}) is gone: {e}") from None
+    except OSError as e: raise ForkServerError(f"the fork server (pid {self.pid}) is gone: {e}") from None
     deadline = time.monotonic() + self.timeout
     with self._cv:
         while rid not in self._answers and not self.gone.is_set() and time.monotonic() < deadline:
@@ -388,7 +584,7 @@ def spawn(self:ForkServer,
         got = self._answers.pop(rid, None)
     if got is None:
         why = 'is gone' if self.gone.is_set() else f'did not answer within {self.timeout:g}s'
-        raise ForkServerError(f"the fork server (pid {self.proc.pid}) {why}{self.said()}")
+        raise ForkServerError(f"the fork server (pid {self.pid}) {why}{self.said()}")
     if got['op'] == 'refused': raise ForkServerError(f"the fork server refused the engine: {got['why']}")
     return got['pid']
 
@@ -426,22 +622,55 @@ def close(self:ForkServer, timeout:float=5):
     except OSError: pass  # gone already
     try: self.sock.shutdown(socket.SHUT_RDWR)
     except OSError: pass
-    try: self.proc.wait(timeout)
-    except subprocess.TimeoutExpired:
-        self.proc.kill(); self.proc.wait(timeout)
+    try:
+        if self.proc is not None: self.proc.wait(timeout)
+    except (subprocess.TimeoutExpired, psutil.TimeoutExpired):
+        try: self.proc.kill(); self.proc.wait(timeout)
+        except psutil.NoSuchProcess: pass
     self._reader.join(timeout)
     self.sock.close()
 
 # %% ../nbs/02a1_forkserver.ipynb #d39e4918
 _servers = {}  # cluster id -> its ForkServer
 
+def from_standby(env:dict, # the cluster's server environment (with its `STANDBY_KEY_ENV`)
+                 timeout:float=60, # seconds a request may wait
+                 wait:float=5, # seconds for the standby's server to say it is ready
+                ) -> ForkServer|None: # None: no standby of this key answered (or it failed)
+    "A fork server forked at once by the standby of `env`'s key, for this cluster, if one waits"
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        s.settimeout(wait); s.connect(standby_path(env[STANDBY_KEY_ENV])); s.settimeout(None)
+        standby = s.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)
+        if peer_uid(s) != os.getuid(): raise OSError("the standby is another user's")
+        s.sendall(encode(dict(op='hello', env=env)))
+    except OSError as e:  # (none there: the usual case, once a standby has ended)
+        log.debug("no standby fork server answered: %s", e); s.close(); return None
+    srv = ForkServer(env, timeout=timeout, sock=s)
+    try:
+        if not srv.ready.wait(wait) or srv.gone.is_set(): raise ForkServerError(f"not ready{srv.said()}")
+        srv.proc = psutil.Process(srv.pid)  # (it is the standby's child, not this process's)
+        if srv.proc.ppid() != int.from_bytes(standby[:4], sys.byteorder):
+            raise ForkServerError(f"its server (pid {srv.pid}) is not the standby's child")
+    except (ForkServerError, psutil.Error) as e:
+        log.warning(f"ddp_nb: the standby fork server failed ({e}); starting a fork server of this cluster's own.")
+        srv.close(); return None
+    return srv
+
 def start_fork_server(cluster_id:str, # the cluster whose local engines it forks
                       env:dict, # its environment: what the engines' launchers start from
                       timeout:float=60, # seconds a request may wait (the first waits for the server's imports)
+                      warm:float=0, # seconds an idle server's standby waits for the next kernel's cluster (`standby_seconds`)
                      ) -> ForkServer:
     "Start the fork server of cluster `cluster_id` (its engines are forked there by `ForkEngineSetLauncher`)"
+    # (forked by a standby at once, where one of this environment waits)
     stop_fork_server(cluster_id)
-    srv = _servers[cluster_id] = ForkServer({**env, 'IPP_CLUSTER_ID': cluster_id}, '.', timeout)
+    env, srv = {**env, 'IPP_CLUSTER_ID': cluster_id}, None
+    if warm:
+        env.update({KEEP_WARM_ENV: f'{warm:g}', STANDBY_KEY_ENV: standby_key(env)})
+        srv = from_standby(env, timeout)
+        if srv is None: env[ROOM_ENV] = ' ' * ENV_ROOM  # (the server started next leaves the standby)
+    srv = _servers[cluster_id] = srv or ForkServer(env, '.', timeout)
     return srv
 
 def fork_server(cluster_id:str) -> ForkServer|None:

@@ -169,3 +169,112 @@ def test_switch_off(monkeypatch):
     c = DDPCluster(n=1).start()
     try: assert fork_server(c.cluster_id) is None
     finally: c.stop()
+
+
+# A "kernel" that starts a cluster, as a restarted notebook does: its own process, its own cluster
+KERNEL = r'''
+import json, os, sys, time
+import torch.distributed  # (only to read the cluster's all_reduce below: the ranks have torch anyway)
+from ddp_nb import DDPCluster
+from ddp_nb.forkserver import fork_server, standbys
+from ddp_nb.processes import cluster_procs
+before = {p.pid for p in standbys(os.environ['IPYTHONDIR'])}
+cl = DDPCluster(n=2, keep_warm=float(sys.argv[1])).start()
+srv = fork_server(cl.cluster_id)
+new = []
+if sys.argv[2] == 'leave':  # wait until the idle server has left its standby
+    deadline = time.monotonic() + 60
+    while not new and time.monotonic() < deadline:
+        time.sleep(0.1); new = [p for p in standbys(os.environ['IPYTHONDIR']) if p.pid not in before]
+    new = [(p.pid, [c.laddr for c in p.net_connections('unix') if c.laddr.endswith('.sock')]) for p in new]
+cl.view.execute("t = torch.ones(1); dist.all_reduce(t)", block=True)
+import psutil
+print(json.dumps(dict(cid=cl.cluster_id, server=srv.pid, server_parent=psutil.Process(srv.pid).ppid(), me=os.getpid(), parents=cl.view.apply_sync(os.getppid), later=srv.later,
+                      sum=cl.view['int(t.item())'], found=sorted(p.pid for p in cluster_procs(cl.cluster_id)),
+                      standbys=[p.pid for p in standbys(os.environ['IPYTHONDIR'])], new=new,
+                      phases={k: round(v, 2) for k, v in cl.start_phases.items})))
+cl.stop()
+'''
+
+
+def kernel(tmp_path, warm: float, then: str = 'stop', **env) -> dict:
+    "Run `KERNEL` in a process of its own (as a restarted notebook's kernel): what it saw"
+    import sys
+    from conftest import run
+    f = tmp_path / 'kernel.py'; f.write_text(KERNEL)
+    r = run([sys.executable, str(f), str(warm), then], timeout=180, env={**os.environ, **env})
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def socket_of(p) -> str:
+    "The socket a standby listens on"
+    (path,) = [c.laddr for c in p.net_connections('unix') if c.laddr.endswith('.sock')]
+    return path
+
+
+@pytest.fixture
+def no_standby():
+    "No standby of this session's before the test, none after it (ended either way)"
+    from ddp_nb.forkserver import standbys, stop_standbys
+    ipd = os.environ['IPYTHONDIR']
+    assert standbys(ipd) == []
+    yield ipd
+    stop_standbys(ipd)
+
+
+def test_a_standby_serves_the_next_kernel_warm_and_ends_when_idle(tmp_path, no_standby):
+    from ddp_nb.forkserver import standbys, stop_standbys
+    a = kernel(tmp_path, 60, 'leave')   # the first kernel: a cold start; its idle server leaves a standby
+    assert a['sum'] == [2, 2] and a['server_parent'] == a['me'] and all(p == a['server'] for p in a['parents']), a
+    assert len(a['standbys']) == 1 and a['new'][0][0] == a['standbys'][0], a
+    (sb,) = standbys(no_standby)
+    assert sb.pid == a['standbys'][0] and sb.pid != a['server'] and cluster_procs(a['cid']) == []  # its cluster is gone, not it
+    env = sb.environ()
+    assert 'IPP_CLUSTER_ID' not in env and sb.pid not in [p.pid for p in cluster_procs()], sorted(env)  # nobody's cluster
+    b = kernel(tmp_path, 60)   # the next kernel: its server is forked by the standby, warm (torch and LATER imported)
+    print(f"\nstart, cold: {a['phases']}\nstart, from the standby: {b['phases']}")
+    assert b['sum'] == [2, 2] and b['later'] == list(LATER), b
+    assert b['server_parent'] == sb.pid and all(p == b['server'] for p in b['parents']) and b['standbys'] == [sb.pid], b
+    # the server the standby forked shows its cluster's environment: it and its engines are found as the cluster's
+    assert b['server'] in b['found'] and all(p in b['found'] for p in b['parents']), b
+    assert sb.is_running() and cluster_procs(b['cid']) == []   # the cluster stopped, leaving no process; the standby waits on
+    # another environment (threads read at import) is another key: that kernel starts cold, and leaves its own
+    c = kernel(tmp_path, 2, 'leave', OMP_NUM_THREADS='1')
+    (other, (path,)), = c['new']
+    assert c['server_parent'] == c['me'] and other != sb.pid and path != socket_of(sb), c
+    # that one waits 2 s: it ends by itself, and takes its socket with it
+    wait_until(lambda: not psutil.pid_exists(other) and not os.path.exists(path), 30, 'the idle standby ending')
+    assert stop_standbys(no_standby) == 1 and not sb.is_running()
+
+
+def test_a_standby_answers_only_this_user_and_a_hello_it_can_read(tmp_path, no_standby):
+    import socket
+    from ddp_nb.forkserver import standbys
+    from ddp_nb.processes import rank_dir
+    kernel(tmp_path, 60, 'leave')
+    (sb,) = standbys(no_standby)
+    path = [socket_of(sb)]
+    assert oct(os.stat(path[0]).st_mode & 0o777) == '0o600' and os.path.dirname(path[0]) == rank_dir(), path
+    if os.getuid() == 0:  # another user cannot even reach it (its folder is 0700)
+        pid = os.fork()
+        if pid == 0:
+            code = 3
+            try:
+                os.setuid(65534)
+                s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+                try: s.connect(path[0]); code = 1
+                except PermissionError: code = 0
+            finally: os._exit(code)
+        assert os.waitpid(pid, 0)[1] == 0, "another user connected to the standby"
+    for raw in (b'not json', encode(dict(op='spawn', id=1, argv=[], env={}, cwd='/', output_file='/x')),
+                encode(dict(op='hello', env={'A=B': 'c'})), b'x' * (MAX_MSG + 1)):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        s.connect(path[0]); s.sendall(raw); s.settimeout(15)
+        got = [s.recv(MAX_MSG + 1)]
+        while got[-1]: got.append(s.recv(MAX_MSG + 1))   # until the server it forked ends
+        s.close()
+        assert json.loads(got[0])['op'] == 'failed' and got[-1] == b'', got
+    wait_until(lambda: sb.children() == [], 10, "the refused servers ending")
+    assert sb.is_running(), "a bad hello ended the standby"
+    b = kernel(tmp_path, 60)  # it still serves the next kernel
+    assert b['later'] == list(LATER) and b['sum'] == [2, 2], b
