@@ -151,6 +151,8 @@ def ipp_cluster(n:int, # engines to start
     cfg.LocalEngineLauncher.poll_seconds = 1  # how an engine died reaches us within a second (see `watch_exits`)
     if engines != 'local': remote_config(cfg, engines, hosts, per_host, env or {})
     import ipyparallel as ipp
+    if fork and not {'controller', 'controller_launcher_class'} & set(kw):  # (forked where the fork server is warm)
+        kw['controller'] = launchers()['ForkControllerLauncher']
     c = ipp.Cluster(n=n, cluster_id=cluster_id, engines=launchers()['ForkEngineSetLauncher'] if fork else engines,
                     controller_args=args, engine_timeout=int(start_timeout), **kw)
     c.log.addFilter(_AlreadyRemoved())

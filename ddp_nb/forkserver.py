@@ -7,7 +7,7 @@ from __future__ import annotations
 import fcntl, hashlib, json, logging, os, select, signal, socket, subprocess, sys, threading, time, traceback
 import psutil
 from fastcore.basics import patch
-from .processes import ENGINE_CMD, OWNER_ENV, rank_dir
+from .processes import CONTROLLER_CMD, ENGINE_CMD, OWNER_ENV, rank_dir
 from .compat_ipp import adopt_process, replace_nanny_start
 
 # what is swallowed goes here, at DEBUG: logging.getLogger('ddp_nb').setLevel('DEBUG') shows it
@@ -17,9 +17,9 @@ log = logging.getLogger('ddp_nb.forkserver')
 __all__ = ['log', 'FORK_SERVER_ENV', 'MAX_MSG', 'IMPORT_ENV', 'SERVE_CMD', 'TITLE_ROOM', 'KEEP_WARM_ENV', 'STANDBY_KEY_ENV',
            'ROOM_ENV', 'ENV_ROOM', 'CLUSTER_ENV', 'TO_SERVER', 'HELLO', 'TO_KERNEL', 'LATER', 'IDLE_BEFORE_LATER',
            'forked_with', 'ForkServerError', 'use_fork_server', 'import_env', 'standby_seconds', 'standby_key',
-           'standby_path', 'encode', 'decode', 'check_env', 'check_spawn', 'set_cmdline', 'reseed', 'prefork_nanny',
-           'peer_uid', 'serve', 'set_environ', 'adopt_env', 'standbys', 'stop_standbys', 'ForkServer', 'from_standby',
-           'start_fork_server', 'fork_server', 'stop_fork_server', 'ForkedProcess', 'launchers']
+           'standby_path', 'encode', 'decode', 'check_env', 'command_of', 'check_spawn', 'set_cmdline', 'reseed',
+           'prefork_nanny', 'peer_uid', 'serve', 'set_environ', 'adopt_env', 'standbys', 'stop_standbys', 'ForkServer',
+           'from_standby', 'start_fork_server', 'fork_server', 'stop_fork_server', 'ForkedProcess', 'launchers']
 
 # %% ../nbs/02a1_forkserver.ipynb #79159476
 FORK_SERVER_ENV = 'DDP_NB_FORK_SERVER'  # '0': local engines start as before, each a new `python -c` (no fork server)
@@ -109,14 +109,18 @@ def check_env(env:dict) -> dict:
         raise ValueError("env must map names to strings")
     return env
 
+def command_of(argv:list) -> list|None:
+    "The command `argv` starts with: `ENGINE_CMD`, `CONTROLLER_CMD` (a standby's server forks the controller too), or None"
+    return next((c for c in (ENGINE_CMD, CONTROLLER_CMD) if argv[:len(c)] == c), None)
+
 def check_spawn(msg:dict) -> dict:
     "A spawn request the server carries out, else ValueError"
     # (the engine command exactly, options, a plain environment, real paths)
     argv, env = msg['argv'], msg['env']
-    if argv[:len(ENGINE_CMD)] != ENGINE_CMD:
-        raise ValueError(f"argv does not start with the engine command {ENGINE_CMD}")
+    cmd = command_of(argv)
+    if cmd is None: raise ValueError(f"argv does not start with the engine command {ENGINE_CMD} (or the controller's)")
     if len(argv) > 256 or not all(isinstance(a, str) and a.startswith('--') and '\0' not in a
-                                  for a in argv[len(ENGINE_CMD):]):
+                                  for a in argv[len(cmd):]):
         raise ValueError("engine arguments must be at most 256 '--option' strings")
     check_env(env)
     if not (os.path.isabs(msg['cwd']) and os.path.isdir(msg['cwd'])): raise ValueError("cwd is not a folder")
@@ -224,9 +228,10 @@ def _warm():
     # (not `torch.compile`'s ~800 modules: importing them here would delay every start; `_warm_later` does, when idle)
     assert not torch.cuda.is_initialized(), "the fork server must never touch CUDA"
 
-# what `torch.compile` imports first (inductor, dynamo: ~800 modules, 1.5 s on 2 cores): imported once the server is
-# idle, so later engines (replacements of a compiled model's ranks) start with them
-LATER = ('torch._inductor.standalone_compile',)
+# what `torch.compile` imports first (inductor, dynamo: ~800 modules, 1.5 s on 2 cores), and the controller's app:
+# imported once the server is idle, so later engines (replacements of a compiled model's ranks) start with them, and a
+# standby's server forks the next cluster's controller at once
+LATER = ('torch._inductor.standalone_compile', 'ipyparallel.controller.app')
 IDLE_BEFORE_LATER = 3.0  # seconds without a request first: the first engines' own start is not slowed by it
 forked_with = ()  # in an engine the server forked: the modules of `LATER` it had already imported
 
@@ -259,14 +264,15 @@ def _child(req:dict, close:list):
         nul = os.open(os.devnull, os.O_RDONLY)
         os.dup2(nul, 0); os.dup2(out, 1); os.dup2(out, 2); os.close(nul); os.close(out)
         os.environ.clear(); os.environ.update(req['env'])
-        sys.argv = ['-c'] + req['argv'][len(ENGINE_CMD):]
+        cmd = command_of(req['argv'])
+        sys.argv = ['-c'] + req['argv'][len(cmd):]
         set_cmdline(req['argv'])  # (`ps`, and whatever finds engines by their command)
         reseed()
         global forked_with
         forked_with = tuple(m for m in LATER if m in sys.modules)
-        prefork_nanny()
-        from ddp_nb.processes import engine_main
-        try: engine_main(); code = 0
+        from ddp_nb.processes import controller_main, engine_main
+        if cmd is ENGINE_CMD: prefork_nanny()
+        try: (engine_main if cmd is ENGINE_CMD else controller_main)(); code = 0
         except SystemExit as e: code = _exit_code(e)
         threading._shutdown()  # as the interpreter ends: wait for non-daemon threads, then the exit functions
         import atexit; atexit._run_exitfuncs()
@@ -648,7 +654,9 @@ def from_standby(env:dict, # the cluster's server environment (with its `STANDBY
         log.debug("no standby fork server answered: %s", e); s.close(); return None
     srv = ForkServer(env, timeout=timeout, sock=s)
     try:
-        if not srv.ready.wait(wait) or srv.gone.is_set(): raise ForkServerError(f"not ready{srv.said()}")
+        with srv._cv:  # (ready, then what it imported ahead: `ForkControllerLauncher` asks)
+            srv._cv.wait_for(lambda: srv.later is not None or srv.gone.is_set(), wait)
+        if srv.later is None: raise ForkServerError(f"not ready{srv.said()}")
         srv.proc = psutil.Process(srv.pid)  # (it is the standby's child, not this process's)
         if srv.proc.ppid() != int.from_bytes(standby[:4], sys.byteorder):
             raise ForkServerError(f"its server (pid {srv.pid}) is not the standby's child")
@@ -699,7 +707,7 @@ _launchers = {}
 def launchers() -> dict:
     "The launcher classes, made on first use (ipyparallel's launcher module takes 0.3 s to import): name -> class"
     if _launchers: return _launchers
-    from ipyparallel.cluster.launcher import LocalEngineLauncher, LocalEngineSetLauncher
+    from ipyparallel.cluster.launcher import LocalControllerLauncher, LocalEngineLauncher, LocalEngineSetLauncher
 
     class ForkEngineLauncher(LocalEngineLauncher):
         "ipyparallel's local engine launcher, forking the engine from its cluster's fork server"
@@ -721,17 +729,32 @@ def launchers() -> dict:
             if why: log.debug(f"engine started without the fork server: {why}")
             return super().start()
 
+    class ForkControllerLauncher(LocalControllerLauncher):
+        "ipyparallel's local controller launcher, forking the controller where the fork server is warm already"
+        # (a standby's server: a cold one's imports would only delay it; else started as before)
+        def start(self):
+            srv = _servers.get(self.cluster_id)
+            if (srv is not None and 'ipyparallel.controller.app' in (srv.later or ()) and self.state == 'before'
+                    and command_of(self.args) is CONTROLLER_CMD):
+                try: pid = srv.spawn(self.args, {**os.environ, **self.get_env()}, self.work_dir, self.output_file)
+                except ForkServerError as e: log.debug(f"the controller starts without the fork server: {e}")
+                else:
+                    adopt_process(self, pid, ForkedProcess(pid, srv))
+                    return
+            return super().start()
+    ForkControllerLauncher.entrypoint_name = f'{__name__}.ForkControllerLauncher'  # (as a cluster file names it)
+
     class ForkEngineSetLauncher(LocalEngineSetLauncher):
         "ipyparallel's local engine-set launcher whose engines are forked from the cluster's fork server"
         launcher_class = ForkEngineLauncher
         entrypoint_name = f'{__name__}.ForkEngineSetLauncher'  # what a cluster file names (ipyparallel imports it)
 
-    for c in (ForkEngineLauncher, ForkEngineSetLauncher):
+    for c in (ForkControllerLauncher, ForkEngineLauncher, ForkEngineSetLauncher):
         c.__module__, c.__qualname__ = __name__, c.__name__  # importable by that path
         _launchers[c.__name__] = c
     return _launchers
 
 def __getattr__(name:str):
-    "`ddp_nb.forkserver.ForkEngineSetLauncher` (as a cluster file names it) made on first use"
-    if name in ('ForkEngineLauncher', 'ForkEngineSetLauncher'): return launchers()[name]
+    "`ddp_nb.forkserver.ForkEngineSetLauncher` (and the others, as a cluster file names them) made on first use"
+    if name in ('ForkControllerLauncher', 'ForkEngineLauncher', 'ForkEngineSetLauncher'): return launchers()[name]
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -189,10 +189,13 @@ if sys.argv[2] == 'leave':  # wait until the idle server has left its standby
     new = [(p.pid, [c.laddr for c in p.net_connections('unix') if c.laddr.endswith('.sock')]) for p in new]
 cl.view.execute("t = torch.ones(1); dist.all_reduce(t)", block=True)
 import psutil
-print(json.dumps(dict(cid=cl.cluster_id, server=srv.pid, server_parent=psutil.Process(srv.pid).ppid(), me=os.getpid(), parents=cl.view.apply_sync(os.getppid), later=srv.later,
+from ddp_nb.compat_ipp import controller_process
+print(json.dumps(dict(cid=cl.cluster_id, server=srv.pid, server_parent=psutil.Process(srv.pid).ppid(), me=os.getpid(),
+                      controller_parent=controller_process(cl._ipp).ppid(), parents=cl.view.apply_sync(os.getppid), later=srv.later,
                       sum=cl.view['int(t.item())'], found=sorted(p.pid for p in cluster_procs(cl.cluster_id)),
                       standbys=[p.pid for p in standbys(os.environ['IPYTHONDIR'])], new=new,
-                      phases={k: round(v, 2) for k, v in cl.start_phases.items})))
+                      phases={k: round(v, 2) for k, v in cl.start_phases.items})), flush=True)
+if sys.argv[2] == 'die': os.kill(os.getpid(), 9)  # the kernel killed: its owner watches end the cluster
 cl.stop()
 '''
 
@@ -202,7 +205,7 @@ def kernel(tmp_path, warm: float, then: str = 'stop', **env) -> dict:
     import sys
     from conftest import run
     f = tmp_path / 'kernel.py'; f.write_text(KERNEL)
-    r = run([sys.executable, str(f), str(warm), then], timeout=180, env={**os.environ, **env})
+    r = run([sys.executable, str(f), str(warm), then], timeout=180, env={**os.environ, **env}, check=then != 'die')
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
@@ -235,6 +238,7 @@ def test_a_standby_serves_the_next_kernel_warm_and_ends_when_idle(tmp_path, no_s
     print(f"\nstart, cold: {a['phases']}\nstart, from the standby: {b['phases']}")
     assert b['sum'] == [2, 2] and b['later'] == list(LATER), b
     assert b['server_parent'] == sb.pid and all(p == b['server'] for p in b['parents']) and b['standbys'] == [sb.pid], b
+    assert b['controller_parent'] == b['server'] and a['controller_parent'] == a['me'], (a, b)  # the controller too
     # the server the standby forked shows its cluster's environment: it and its engines are found as the cluster's
     assert b['server'] in b['found'] and all(p in b['found'] for p in b['parents']), b
     assert sb.is_running() and cluster_procs(b['cid']) == []   # the cluster stopped, leaving no process; the standby waits on
@@ -276,5 +280,7 @@ def test_a_standby_answers_only_this_user_and_a_hello_it_can_read(tmp_path, no_s
         assert json.loads(got[0])['op'] == 'failed' and got[-1] == b'', got
     wait_until(lambda: sb.children() == [], 10, "the refused servers ending")
     assert sb.is_running(), "a bad hello ended the standby"
-    b = kernel(tmp_path, 60)  # it still serves the next kernel
-    assert b['later'] == list(LATER) and b['sum'] == [2, 2], b
+    b = kernel(tmp_path, 60, 'die')  # it still serves the next kernel; that one is killed (-9) with its cluster running
+    assert b['later'] == list(LATER) and b['sum'] == [2, 2] and b['controller_parent'] == b['server'], b
+    wait_until(lambda: cluster_procs(b['cid']) == [], 60, "the killed kernel's cluster ending (owner watches)")
+    assert sb.is_running() and sb.children() == []  # the standby waits on
