@@ -70,6 +70,12 @@ SIDES = {
         warm="%%px\n" + ALL_REDUCE, state="%%px\n" + MODEL, iterate="%%px\n" + STEPS,
         pids="[r.pid for r in cl.ranks]", replace="cl.restart()",
         script="assert [r['exit_code'] for r in cl.run_script({path!r})] == [0, 0]", stop="cl.stop()"),
+    # the same after a kernel restart: the previous kernel's idle fork server left a standby (`keep_warm`)
+    'ddp_nb, kernel restarted, `keep_warm`': dict(py='ddp_nb', needs='ddp_nb', standby=True,
+        start=["from ddp_nb import DDPCluster\ncl = DDPCluster(n=2, keep_warm=900).start()"],
+        warm="%%px\n" + ALL_REDUCE, state="%%px\n" + MODEL, iterate="%%px\n" + STEPS,
+        pids="[r.pid for r in cl.ranks]", replace="cl.restart()",
+        script="assert [r['exit_code'] for r in cl.run_script({path!r})] == [0, 0]", stop="cl.stop()"),
     'Monarch': dict(py='peers', needs='monarch.actor', dist='torchmonarch',
         start=[f"MODEL, STEPS = {MODEL!r}, {STEPS!r}\n" + MONARCH_ACTOR
                + "procs = this_host().spawn_procs(per_host={'gpus': 2})\nsetup_torch_elastic_env(procs)\n"
@@ -148,9 +154,23 @@ def _kill(pid: int):
         except ProcessLookupError: return
 
 
+def standby_waiting(py: str):
+    "A standby fork server waits, as the previous kernel's idle server leaves it with `keep_warm` (untimed: a kernel that does so)"
+    from ddp_nb.forkserver import standbys
+    if standbys(): return
+    k = Kernel(cwd=str(ROOT), python=py, timeout=300)
+    try:
+        cell(k, "import time\nfrom ddp_nb import DDPCluster\nfrom ddp_nb.forkserver import standbys\n"
+                "cl = DDPCluster(n=2, keep_warm=900).start()\nt = time.monotonic()\n"
+                "while not standbys() and time.monotonic() - t < 60: time.sleep(0.1)\ncl.stop()")
+        if not standbys(): raise RuntimeError("no standby fork server after 60 s")
+    finally: k.close()
+
+
 def side_round(name: str, s: dict, py: str, T: dict, cells: int, iters: int, scripts: int, path: str, r: int):
     "One round of one side in a fresh kernel: every metric it has, appended to T[metric]"
     jd = s.get('kernel') == 'jupyter_distributed'
+    if s.get('standby'): standby_waiting(py)
     t0 = time.perf_counter()
     k = peer_kernel(py, jd, os.path.join(os.path.dirname(path), f'registry-{r}.json'))   # (next to the script, in the run's folder)
     try:
@@ -234,7 +254,10 @@ def run(rounds: int = 3, cells: int = 10, iters: int = 3, scripts: int = 3, peer
                     notes[name] = f"failed: {type(e).__name__}: {str(e)[:300]}"
                 print(f"round {r + 1}/{rounds} {name}: {time.perf_counter() - t0:.1f} s"
                       + (f" ({notes[name]})" if name in notes else ''), flush=True)
-    finally: shutil.rmtree(d, ignore_errors=True)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+        from ddp_nb.forkserver import stop_standbys
+        stop_standbys()
     rows = []
     for name in order + [n for n in SIDES if n not in order]:
         s, t = SIDES.get(name, {}), T[name]
@@ -256,6 +279,8 @@ def run(rounds: int = 3, cells: int = 10, iters: int = 3, scripts: int = 3, peer
             "endpoint forms the group). Warm cell: one all_reduce on every rank, after a first one. Iteration: new lr + 10 "
             "steps of a small DDP MLP kept on the ranks (built and run once before). Replace: kill -9 rank 1, then until a warm cell is served again. Script: the same "
             "unchanged torchrun script again (ddp_nb: `cl.run_script`; Monarch: `SPMDActor.main` on a live mesh). "
+            "'ddp_nb, kernel restarted': the kernel before it ran a cluster with `keep_warm`, whose idle fork server left "
+            "a standby (torch imported); the start forks its fork server and controller from it. "
             "ddp_nb sets each rank's torch threads to cores / ranks; the peers' ranks keep torch's default (every core, "
             "in each rank). nbdistributed is stopped with `%unload_ext` (its `%dist_shutdown` runs `pkill -f` on "
             "patterns that match other programs' processes).\n\n"
