@@ -27,7 +27,7 @@ def bare_start(n):
     "Bare ipp.Cluster (same controller settings as DDPCluster) + hand-written process group; returns (seconds, cluster, client)"
     t0 = time.perf_counter()
     c = ipp.Cluster(n=n, delay=0, log_level=logging.ERROR,
-                    controller_args=['--HeartMonitor.period=200', '--HeartMonitor.max_heartmonitor_misses=50'])
+                    controller_args=['--HeartMonitor.period=100', '--HeartMonitor.max_heartmonitor_misses=100'])
     rc = c.start_and_connect_sync()
     with socket.socket() as s: s.bind(('127.0.0.1', 0)); port = s.getsockname()[1]  # the racy way people do it
     ars = [rc[i].apply_async(_hand_init, r, n, port) for r, i in enumerate(sorted(rc.ids))]
