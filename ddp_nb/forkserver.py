@@ -251,13 +251,18 @@ def _exit_code(e:SystemExit) -> int:
     print(e.code, file=sys.stderr)
     return 1
 
+def _forked(close:list, # descriptors of the process forked from, to close here
+           ):
+    "First thing in a forked child: the parent's signal handling undone, its descriptors closed"
+    signal.set_wakeup_fd(-1)
+    for s in (signal.SIGCHLD, signal.SIGTERM): signal.signal(s, signal.SIG_DFL)
+    for fd in close: os.close(fd)
+
 def _child(req:dict, close:list):
     "In the forked engine: its own session, output, environment, arguments and random state; run the engine; exit"
     code = 1
     try:
-        signal.set_wakeup_fd(-1)
-        for s in (signal.SIGCHLD, signal.SIGTERM): signal.signal(s, signal.SIG_DFL)
-        for fd in close: os.close(fd)
+        _forked(close)
         os.setsid()  # as ipyparallel starts engines: a signal to the notebook's group does not reach it
         os.chdir(req['cwd'])
         out = os.open(req['output_file'], os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
@@ -427,9 +432,7 @@ def _standby(path:str, # its socket (`standby_path`)
     "The standby: wait up to `secs` s at a time for a kernel on `path`, fork it a server (`_served`); end when idle"
     ino = None
     try:
-        signal.set_wakeup_fd(-1)
-        for s in (signal.SIGCHLD, signal.SIGTERM): signal.signal(s, signal.SIG_DFL)
-        for fd in close: os.close(fd)
+        _forked(close)
         os.chdir('/')  # (holds no folder)
         set_cmdline([sys.executable, '-c', 'ddp_nb fork server standby', f'--idle={secs:g}'])
         # (nobody's cluster: it shows no cluster id, profile or owner; IPYTHONDIR stays, for `ddp_nb cleanup`)
@@ -478,9 +481,7 @@ def _served(conn:socket.socket, # the kernel's connection, accepted by the stand
     "In a server forked by the standby: take the cluster's environment from the kernel's hello, then serve it"
     code = 0
     try:
-        signal.set_wakeup_fd(-1)
-        for s in (signal.SIGCHLD, signal.SIGTERM): signal.signal(s, signal.SIG_DFL)
-        for fd in close: os.close(fd)
+        _forked(close)
         os.setsid()  # (as a server the kernel starts)
         conn.settimeout(10)  # (the kernel sends it at once)
         env = check_env(decode(conn.recv(MAX_MSG + 1), HELLO)['env'])
