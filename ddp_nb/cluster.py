@@ -29,7 +29,7 @@ from .collectives import records as recent_collectives
 from .dashboard import Collector, Dashboard
 
 # %% auto #0
-__all__ = ['QUEUED_WAIT', 'DDPCluster', 'outside_message']
+__all__ = ['QUEUED_WAIT', 'DDPCluster', 'outside_message', 'resize_plan']
 
 # %% ../nbs/02g_cluster.ipynb #2172e0c4
 def _end_unstopped(ipp, cluster_id:str):
@@ -696,8 +696,9 @@ def _to_replace(self:DDPCluster, ranks:list|str|None, # ranks asked for; None: t
 
 # %% ../nbs/02g_cluster.ipynb #567d9378
 @patch
-def _replacements(self:DDPCluster, ranks:list, # the ranks being replaced
+def _replacements(self:DDPCluster, ranks:list, # the ranks being replaced (or added: `resize`)
                   wait:float, # seconds to wait for spare engines from other hosts
+                  what:str='restart', # the call, for the message
                  ) -> list: # engine ids for them
     "New engines for `ranks`: started here (local engines), or spare engines registered from other hosts"
     old = set(self._ranks.engine_ids())
@@ -706,11 +707,11 @@ def _replacements(self:DDPCluster, ranks:list, # the ranks being replaced
     while len(set(self._rc.ids) - old) < len(ranks) and time.monotonic() < deadline: time.sleep(0.1)
     new_ids = sorted(set(self._rc.ids) - old)
     if len(new_ids) < len(ranks):  # ddp_nb starts engines on this host only
-        where = ', '.join(sorted({self._ranks.plan[r].host for r in ranks}))
-        raise RuntimeError(f"restart: ranks {ranks} (host {where}) need {len(ranks)} new engine(s) and "
+        where = ', '.join(sorted({p.host for p in self._ranks.plan if p.rank in ranks})) or 'any host'
+        raise RuntimeError(f"{what}: ranks {ranks} (host {where}) need {len(ranks)} new engine(s) and "
                            f"{len(new_ids)} spare one(s) are registered after {wait:g}s. With engines={self.engines!r} "
                            "ddp_nb does not start engines on other hosts: start them there (`ipengine "
-                           "--file=<ipcontroller-engine.json>`, or a new Slurm job), then call cl.restart() again.")
+                           f"--file=<ipcontroller-engine.json>`, or a new Slurm job), then call cl.{what}() again.")
     return new_ids[:len(ranks)]
 
 # %% ../nbs/02g_cluster.ipynb #74301b17
@@ -728,9 +729,11 @@ def _heal(self:DDPCluster, new:list, # the new ranks
         wrap = sorted(set.intersection(*(set(i['ddp']) for i in inv.values())) - set(o['skipped']))  # (on every rank)
         # (with two survivors or more: what differs between them is each rank's own, not the new rank's)
         own = differing({r: i['plain'] for r, i in inv.items()}) if len(kept) > 1 else []
-        send, recv = dict(role='send', to=new), dict(role='recv', src=src, drop=own,
+        members = sorted([src, *new])  # (the transfer's group: every rank makes it)
+        send, recv = dict(role='send', to=new, members=members), dict(role='recv', src=src, drop=own, members=members,
                                                      **{k: o[k] for k in ('skeleton', 'specs', 'own', 'rng')})
-        each = {r: (send if r == src else recv,) for r in [src, *new]}
+        each = {r: (send if r == src else recv if r in new else dict(role='keep', members=members),)
+                for r in range(self.world_size)}
         res = self._ranks.call('ddp_nb.heal:heal_rank', each=each, what='healing',
                                timeout=self.timeout + o['nbytes'] / 20e6)
         # (only once every new rank holds its models: wrapping is a collective of every rank)
@@ -746,7 +749,8 @@ def _regroup(self:DDPCluster, keep:dict, # engine id -> rank, for the engines th
              new_ids:list, # the engines that take the other ranks
             ):
     "Form a new process group of the kept and the new engines; `%%px` and the dashboard on the new ones"
-    if keep: teardown(self._ranks, list(keep.values()), timeout=self.timeout)
+    # (by their ranks until now: a resize gives them new ones)
+    if keep: teardown(self._ranks, [p.rank for p in self._ranks.plan if p.engine_id in keep], timeout=self.timeout)
     self._form_group(fixed=keep, ids=list(keep) + new_ids)
     self._activate()  # %%px on the new engines
     new = [p.rank for p in self._ranks.plan if p.engine_id not in keep]
@@ -809,6 +813,90 @@ def end_ranks(self:DDPCluster, ranks:list, # ranks to end (their engines are kil
     "Deprecated: kill the engines of `ranks`; `cl.restart(ranks)` ends them and puts new engines in their place"
     _deprecated('cl.end_ranks(ranks)', 'cl.restart(ranks)')
     self._ranks.end(ranks)
+
+# %% ../nbs/02g_cluster.ipynb #7253340f
+def resize_plan(world:int, # ranks now
+                n:int|None, # ranks asked for (None: `world` less `drop`)
+                drop:list|None, # ranks asked to leave (None: the highest, when shrinking)
+               ) -> tuple: # (n, the ranks that leave)
+    "The new size and who leaves, checked: a clear error for a request that cannot be met"
+    if drop is not None:
+        bad = sorted(set(drop) - set(range(world)))
+        if bad: raise ValueError(f"resize(drop={drop}): {bad} are no ranks of this world of {world} (0–{world - 1}).")
+        drop = sorted(set(drop))
+        if n is None: n = world - len(drop)
+        if n != world - len(drop):
+            raise ValueError(f"resize({n}, drop={drop}): dropping {len(drop)} of {world} ranks leaves "
+                             f"{world - len(drop)}; grow in a second call.")
+    if n is None or type(n) is not int or n < 1:
+        raise ValueError(f"resize({n!r}): give the number of ranks (at least 1), or drop=[ranks].")
+    return n, drop if drop is not None else list(range(n, world))
+
+def _resized_line(world:int, n:int, # the size before and after
+                  drop:list, # the ranks that left (numbers before)
+                  moved:dict, # new rank -> rank before, for those that kept their state under a new number
+                  healed:dict|None, # what `DDPCluster._heal` did for the new ranks (None: none)
+                  said:dict, # rank -> what `ddp_nb.heal.resized` changed there
+                  port:int, took:float,
+                 ) -> str:
+    "What a resize says it did"
+    line = f"Resized from {world} to {n} ranks in {took:.1f}s: "
+    if drop: line += f"{name_ranks(drop)} left; "
+    if moved: line += ', '.join(f"rank {o} is now rank {r}" for r, o in moved.items()) + '; '
+    new = list(range(world - len(drop), n))
+    if new and healed and 'error' not in healed:
+        line += f"{name_ranks(new)} {agree(new, 'is', 'are')} new, healed from rank {healed['src']} ({len(healed['names'])} names); "
+    elif new and healed: line += f"{name_ranks(new)} {agree(new, 'is', 'are')} new (state lost: the heal failed: {healed['error']}); "
+    elif new: line += f"{name_ranks(new)} {agree(new, 'is', 'are')} new (state lost); "
+    line += f"new process group on port {port}."
+    if healed and healed.get('rewrapped'): line += f" DDP wrapped again on every rank: {', '.join(healed['rewrapped'])}."
+    if healed and healed.get('skipped'):
+        line += (f" Not carried: {'; '.join(f'{k} ({why})' for k, why in healed['skipped'].items())}: re-run the cells "
+                 f"that make them on {name_ranks(new)}.")
+    changes = {k: v for r in sorted(said) for k, v in said[r].items()}  # (each name once: the same on every rank)
+    if changes: line += " Changed on every rank: " + '; '.join(f"{k} ({v})" for k, v in changes.items()) + '.'
+    return line + (" Re-run the interrupted cell to go on." if healed is None or 'error' not in healed else '')
+
+@patch
+def resize(self:DDPCluster,
+           n:int|None=None, # ranks from now on; None: the ranks less `drop`
+           drop:list|None=None, # the ranks that leave; None: the highest ones when `n` is smaller
+           wait:float=30, # engines on other hosts: seconds to wait for enough spare engines (you start them)
+          ) -> DDPCluster:
+    "Grow or shrink the live world: new ranks healed, leaving ones ended, the group formed again, loaders re-sharded"
+    self._live()
+    world, t0 = self.world_size, time.monotonic()
+    n, drop = resize_plan(world, n, drop)
+    if self._ranks.gone():
+        raise RuntimeError(f"Ranks {self._ranks.gone()} have no engine any more (they died): cl.restart() replaces "
+                           "and heals them; resize after that.")
+    if n == world and not drop: return self
+    self._sup.claim_all()  # tasks of leaving ranks end here: no notices from the background watcher
+    if drop: self._ranks.end(drop, why='left the world (cl.resize)')
+    stay = [r for r in range(world) if r not in drop]
+    before = {i: (r, self._ranks.plan[r].local_rank) for i, r in enumerate(stay)}  # new rank -> numbers before
+    new, moved = list(range(len(stay), n)), {i: r for i, (r, _) in before.items() if i != r}
+    if self._collector is not None:  # the dashboard's run goes on: reports under the old numbers end first
+        if moved: self._ranks.call('ddp_nb.report:disconnect', ranks=list(moved.values()),
+                                   what='pausing the reports of the ranks that move', timeout=self.timeout)
+        self._collector.resizing(n, {i: r for i, (r, _) in before.items()})
+    self._regroup({self._ranks.plan[r].engine_id: i for i, r in enumerate(stay)},
+                  self._replacements(new, wait, 'resize') if new else [])
+    if moved and self._collector is not None: self._connect_reporters(list(moved))  # (under their new numbers)
+    if self._dash is not None: self._dash.resize(n)
+    healed = self._heal(new, list(range(len(stay)))) if new else None
+    if not new: self._rewrap()
+    said = self._ranks.call('ddp_nb.heal:resized', each={r: (*before.get(r, (None, None)), world) for r in range(n)},
+                            what='setting every rank in the new world', timeout=self.timeout)
+    print(_resized_line(world, n, drop, moved, healed, said, self.master_port, time.monotonic() - t0))
+    return self
+
+@patch
+def _rewrap(self:DDPCluster):
+    "Wrap every DDP model again on every rank, on the current group (the names every rank holds one under)"
+    inv = self._ranks.call('ddp_nb.heal:inventory', what="listing the ranks' DDP models", timeout=self.timeout)
+    wrap = sorted(set.intersection(*(set(i['ddp']) for i in inv.values())))
+    self._ranks.call('ddp_nb.heal:rewrap_names', wrap, what='wrapping DDP models again', timeout=self.timeout)
 
 # %% ../nbs/02g_cluster.ipynb #fb0d0e1d
 @patch

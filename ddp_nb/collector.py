@@ -223,6 +223,22 @@ def replacing(self:Collector, ranks:list, # ranks whose engines cl.restart is ab
     "Note that `cl.restart` begins replacing the engines of `ranks`: no point stamped later came before the restart"
     with self.lock: self.restarts.update({r: time.time() if t is None else t for r in ranks})
 
+@patch
+def resizing(self:Collector, world:int, # ranks from now on
+             stay:dict, # new rank -> rank before, for the ranks that stay (their engines and reports go on)
+             t:float|None=None, # when (default: now)
+            ):
+    "Note that `cl.resize` makes the world `world` ranks: those staying under their new numbers, new ones in the run"
+    # (`seqs` stay as they are: a batch signed under an old number is still a replay)
+    with self.lock:
+        old, t = self.ranks, time.time() if t is None else t
+        self.ranks = {r: old[o] for r, o in stay.items() if o in old}
+        for r, rs in self.ranks.items(): rs.rank = r
+        ref = self.ranks.get(0)
+        for r in range(len(stay), world):  # (as a restarted engine: its first point joins the others' run)
+            if ref is not None: self.ranks[r] = _replacement(ref, self.ranks, until=t); self.ranks[r].rank = r
+        self.world, self.version = world, self.version + 1
+
 # %% ../nbs/02f1_collector.ipynb #b7c11549
 @patch
 def _fold_run(self:Collector, rs:RankReport, msg:dict, a:int, b:int, new:bool):

@@ -114,7 +114,7 @@ class Dashboard:
         self.col, self.world_size, self.task_status = collector, world_size, task_status or (lambda: {})
         self.mode = mode or ('widget' if _frontend() else 'text')
         self.every, self.text_every, self.out, self.plot = every, text_every, out, Plot(logy=logy)
-        self.big, self.lines, self.rows = world_size > many, lines, rows
+        self.many, self.big, self.lines, self.rows = many, world_size > many, lines, rows
         if every is None: self.every = 1.0 if self.big else 0.3
         self.drawn_version, self.last_draw, self.draws, self.latencies, self.cost = -1, 0., 0, deque(maxlen=1000), 0.
         self.drawn_newest, self.drawn_signature, self.last_check, self.shown = collector.newest_t, None, 0., {}
@@ -155,6 +155,14 @@ def _statuses(self:Dashboard, snap:Snapshot|None=None) -> dict:
     now = time.time()
     alive = {}
     return {r: rank_status(ranks.get(r), tasks.get(r), now, self.host, stopped, alive) for r in range(self.world_size)}
+
+# %% ../nbs/02f3_dashboard.ipynb #af70d92d
+@patch
+def resize(self:Dashboard, world_size:int, # ranks from now on (`cl.resize`)
+          ):
+    "Draw `world_size` ranks from now on: the same run goes on"
+    self.world_size, self.big = world_size, world_size > self.many
+    self.drawn_signature = None  # (the rank table changed)
 
 # %% ../nbs/02f3_dashboard.ipynb #210b052a
 @patch

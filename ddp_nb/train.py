@@ -99,6 +99,8 @@ def fit(model:nn.Module, # the DDP-wrapped model
                     x, y = x.to(dev, non_blocking=True), y.to(dev, non_blocking=True)
                     with sync_context(model, last):
                         with autocast(amp): loss = loss_fn(model(x), y)
+                        # an uneven share (after `cl.resize`): weighted, so that the step is the whole batch's
+                        if loader.weight != 1: loss = loss * loader.weight
                         scaler.scale(loss / size).backward()
                     gl += loss.detach().float() / size
                     if not last: continue
