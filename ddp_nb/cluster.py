@@ -814,7 +814,7 @@ def end_ranks(self:DDPCluster, ranks:list, # ranks to end (their engines are kil
     _deprecated('cl.end_ranks(ranks)', 'cl.restart(ranks)')
     self._ranks.end(ranks)
 
-# %% ../nbs/02g_cluster.ipynb #7253340f
+# %% ../nbs/02g_cluster.ipynb #b968e086
 def resize_plan(world:int, # ranks now
                 n:int|None, # ranks asked for (None: `world` less `drop`)
                 drop:list|None, # ranks asked to leave (None: the highest, when shrinking)
@@ -836,6 +836,7 @@ def _resized_line(world:int, n:int, # the size before and after
                   drop:list, # the ranks that left (numbers before)
                   moved:dict, # new rank -> rank before, for those that kept their state under a new number
                   healed:dict|None, # what `DDPCluster._heal` did for the new ranks (None: none)
+                  wrapped:list, # the DDP models wrapped again on every rank
                   said:dict, # rank -> what `ddp_nb.heal.resized` changed there
                   port:int, took:float,
                  ) -> str:
@@ -849,7 +850,7 @@ def _resized_line(world:int, n:int, # the size before and after
     elif new and healed: line += f"{name_ranks(new)} {agree(new, 'is', 'are')} new (state lost: the heal failed: {healed['error']}); "
     elif new: line += f"{name_ranks(new)} {agree(new, 'is', 'are')} new (state lost); "
     line += f"new process group on port {port}."
-    if healed and healed.get('rewrapped'): line += f" DDP wrapped again on every rank: {', '.join(healed['rewrapped'])}."
+    if wrapped: line += f" DDP wrapped again on every rank: {', '.join(wrapped)}."
     if healed and healed.get('skipped'):
         line += (f" Not carried: {'; '.join(f'{k} ({why})' for k, why in healed['skipped'].items())}: re-run the cells "
                  f"that make them on {name_ranks(new)}.")
@@ -885,18 +886,19 @@ def resize(self:DDPCluster,
     if moved and self._collector is not None: self._connect_reporters(list(moved))  # (under their new numbers)
     if self._dash is not None: self._dash.resize(n)
     healed = self._heal(new, list(range(len(stay)))) if new else None
-    if not new: self._rewrap()
+    wrapped = healed.get('rewrapped', []) if healed else self._rewrap()
     said = self._ranks.call('ddp_nb.heal:resized', each={r: (*before.get(r, (None, None)), world) for r in range(n)},
                             what='setting every rank in the new world', timeout=self.timeout)
-    print(_resized_line(world, n, drop, moved, healed, said, self.master_port, time.monotonic() - t0))
+    print(_resized_line(world, n, drop, moved, healed, wrapped, said, self.master_port, time.monotonic() - t0))
     return self
 
 @patch
-def _rewrap(self:DDPCluster):
+def _rewrap(self:DDPCluster) -> list: # the names wrapped again
     "Wrap every DDP model again on every rank, on the current group (the names every rank holds one under)"
     inv = self._ranks.call('ddp_nb.heal:inventory', what="listing the ranks' DDP models", timeout=self.timeout)
     wrap = sorted(set.intersection(*(set(i['ddp']) for i in inv.values())))
     self._ranks.call('ddp_nb.heal:rewrap_names', wrap, what='wrapping DDP models again', timeout=self.timeout)
+    return wrap
 
 # %% ../nbs/02g_cluster.ipynb #fb0d0e1d
 @patch

@@ -156,7 +156,7 @@ def _statuses(self:Dashboard, snap:Snapshot|None=None) -> dict:
     alive = {}
     return {r: rank_status(ranks.get(r), tasks.get(r), now, self.host, stopped, alive) for r in range(self.world_size)}
 
-# %% ../nbs/02f3_dashboard.ipynb #af70d92d
+# %% ../nbs/02f3_dashboard.ipynb #e6a1bb7c
 @patch
 def resize(self:Dashboard, world_size:int, # ranks from now on (`cl.resize`)
           ):

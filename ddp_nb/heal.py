@@ -273,7 +273,7 @@ def rewrap_names(names:list, # the names of DDP models (or `Pending` ones) in th
     "`rewrap_all` on this rank's `%%px` namespace: every rank at once, once every new rank has loaded"
     return rewrap_all(user_namespace(), names)
 
-# %% ../nbs/01k_heal.ipynb #62cc1b12
+# %% ../nbs/01k_heal.ipynb #b87fbff1
 WORLD_NAMES = ('world_size', 'WORLD_SIZE')  # ints that hold the world size, by their usual names
 
 def resized(old_rank:int|None, # this rank's number before the resize; None: a new rank (healed: its own already)

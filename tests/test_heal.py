@@ -116,3 +116,64 @@ def test_three_ranks_each_ranks_own_values_are_not_carried(k):
     assert 'healed from rank 0' in out and \
         'Not carried: offset (it differs between the survivors: each rank has its own): re-run' in out, out
     assert k.value("cl.pull('(shared, float(w.sum()), \"offset\" in globals(), rank)', rank=1)") == ['same', 1999000.0, False, 1]
+
+
+RESIZE = r'''%%px
+import torch, torch.nn.functional as F
+from ddp_nb.train import *
+from ddp_nb.digits import digits_data, DigitsNet
+X, Y = digits_data().tensors
+data = torch.utils.data.TensorDataset(X[:1472], torch.arange(1472) * 10 + Y[:1472])   # 23 global batches of 64
+ids = []   # the samples this rank trained on (each label carries its sample's index)
+def counted(out, y):
+    ids.extend((y // 10).tolist()); return F.cross_entropy(out, y % 10)
+def make():
+    seed_everything(0)
+    model = wrap_model(DigitsNet())
+    return model, torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9), ShardedLoader(data, global_batch_size=64)
+model, opt, loader = make()
+fit(model, loader, opt, epochs=1, loss_fn=counted)
+ref = [p.detach().clone() for p in model.module.parameters()]   # a whole epoch on 2 ranks, never resized
+model, opt, loader = make()
+'''
+
+
+def phase(k, fit: str) -> list:
+    "Run `fit` on every rank with each rank's record of samples cleared first: the samples each rank trained on"
+    k.ok("cl.run('ids.clear()')")
+    k.ok(f"cl.run({fit!r})", timeout=300)
+    return k.value("cl.view['ids']")
+
+
+def test_resize_2_3_2_mid_epoch_each_sample_once_and_the_same_weights(k):
+    k.ok("cl.stop()\ncl = DDPCluster(n=2).start()", timeout=300)
+    k.ok(RESIZE, timeout=300)
+    n_procs = k.value("len(cluster_procs(cl.cluster_id))")
+    seen = phase(k, "fit(model, loader, opt, epochs=1, loss_fn=counted, max_steps=8)")   # 8 steps on 2 ranks
+    assert [len(s) for s in seen] == [8 * 32, 8 * 32]
+    t0 = time.monotonic()
+    out = k.ok("cl.resize(3)")
+    MEASURED['resize 2 → 3 (s)'] = round(time.monotonic() - t0, 2)
+    print(out)
+    assert out.startswith('Resized from 2 to 3 ranks in ') and 'rank 2 is new, healed from rank 0' in out, out
+    assert 'loader (re-sharded over 3 ranks, global batch 64 kept)' in out, out
+    assert k.value("cl.check()") is True
+    grown = phase(k, "fit(model, loader, opt, epochs=1, loss_fn=counted, max_steps=16)")   # 8 steps on 3 ranks
+    assert [len(s) for s in grown] == [8 * 22, 8 * 21, 8 * 21], [len(s) for s in grown]   # 64 = 22 + 21 + 21
+    assert k.value("cl.pull('loader.weight', rank=0)") == 22 * 3 / 64
+    t0 = time.monotonic()
+    out = k.ok("cl.resize(drop=[1])")   # rank 1 leaves, rank 2 becomes rank 1
+    MEASURED['resize 3 → 2 (s)'] = round(time.monotonic() - t0, 2)
+    print(out)
+    assert 'rank 1 left; rank 2 is now rank 1;' in out and 'DDP wrapped again on every rank: model' in out, out
+    rest = phase(k, "fit(model, loader, opt, epochs=1, loss_fn=counted)")   # the 7 steps left of the epoch
+    assert [len(s) for s in rest] == [7 * 32, 7 * 32]
+    every = sorted(i for part in (seen, grown, rest) for s in part for i in s)
+    assert every == list(range(1472)), "a sample was skipped or seen twice across the resizes"
+    # the same steps as the run never resized, up to the order of floating-point sums (the split differs)
+    diff = k.value("[cl.pull('max((p - q).abs().max().item() for p, q in zip(model.module.parameters(), ref))', rank=r) "
+                "for r in (0, 1)]")
+    MEASURED['resize: max |weight - fixed-size run|'] = max(diff)
+    assert max(diff) < 1e-5, diff
+    assert k.value("cl.pull('[loader.epoch, loader.fit_state[\"step\"]]', rank=1)") == [1, 23]
+    assert k.value("len(cluster_procs(cl.cluster_id))") == n_procs
