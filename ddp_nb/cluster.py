@@ -270,7 +270,8 @@ def start(self:DDPCluster) -> DDPCluster:
         with ph('engines launched'): self._ipp.start_engines_sync()
         with ph('registration'):
             self._rc = self._ipp.connect_client_sync()
-            await_registration(self._rc, sum(es.n for es in self._ipp.engines.values()), self.start_timeout)
+            await_registration(self._rc, sum(es.n for es in self._ipp.engines.values()), self.start_timeout,
+                               cluster=self._ipp)
     return self._bring_up(connect, t0)
 
 # %% ../nbs/02g_cluster.ipynb #1047e6d6

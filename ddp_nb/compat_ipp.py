@@ -14,10 +14,10 @@ log = logging.getLogger('ddp_nb.compat_ipp')
 __all__ = ['log', 'tested_versions', 'min_versions', 'OUTPUT_MSGS', 'CompatError', 'installed', 'outside_tested', 'missing',
            'check_versions', 'engine_uuids', 'pending_tasks', 'controller_url', 'noninteractive', 'task_futures',
            'has_task_futures', 'task_output', 'task_name', 'supervised_view', 'record_outputs', 'task_events',
-           'engine_launchers', 'launcher_process', 'stop_sync_thread', 'engine_state_file', 'forget_magics',
-           'engine_registration_url', 'on_uncaught_error', 'plain_tracebacks', 'session_key', 'bind_engine_kernel',
-           'supervised_result', 'controller_process', 'hub_answers', 'abandon_client', 'ask_to_exit', 'engine_exits',
-           'replace_nanny_start', 'adopt_process']
+           'engine_launchers', 'launcher_process', 'launcher_output', 'stop_sync_thread', 'engine_state_file',
+           'forget_magics', 'engine_registration_url', 'on_uncaught_error', 'plain_tracebacks', 'session_key',
+           'bind_engine_kernel', 'supervised_result', 'controller_process', 'hub_answers', 'abandon_client',
+           'ask_to_exit', 'engine_exits', 'replace_nanny_start', 'adopt_process']
 
 # %% ../nbs/00b_compat_ipp.ipynb #72e936ea
 tested_versions = dict(ipyparallel='9.2', IPython='9.18')  # major.minor the tests of this module ran against
@@ -185,6 +185,12 @@ def engine_launchers(cluster, # an ipyparallel Cluster, or None
 def launcher_process(launcher):
     "The process a local launcher started (its `.process`, a psutil.Process in ipyparallel 9.2), None where it has none"
     return getattr(launcher, 'process', None)
+
+def launcher_output(launcher) -> str:
+    "What the process of a local launcher wrote (its output file, through `get_output`); '' where there is none"
+    # (tested with ipyparallel 9.2: `LocalProcessLauncher.get_output`)
+    try: return launcher.get_output() or ''
+    except Exception: return ''  # no output file (yet), or a launcher of another kind
 
 # %% ../nbs/00b_compat_ipp.ipynb #851f75ef
 def stop_sync_thread(obj, # an ipyparallel Cluster (any `AsyncFirst`), or None

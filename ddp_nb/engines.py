@@ -7,11 +7,11 @@ from __future__ import annotations
 import logging, os, signal, sys, threading, time
 import psutil
 from .core import engine_count, engines_per_host, mpi_host_args, pick_backend, slurm_script
-from .host import local_cpus, local_gpus, local_ipv4, probe_host, route_source, _ssh_target
+from .host import local_cpus, local_gpus, local_ipv4, pid_alive, probe_host, route_source, _ssh_target
 from .processes import ENGINE_CMD, cluster_procs, kill_procs, watch_owner
 from .forkserver import ForkedProcess, launchers, standby_seconds, start_fork_server, stop_fork_server, use_fork_server
 from .compat_ipp import (ask_to_exit, controller_process, engine_exits, engine_launchers, engine_state_file, hub_answers,
-                               launcher_process, noninteractive, stop_sync_thread)
+                               launcher_output, launcher_process, noninteractive, stop_sync_thread)
 
 # what is swallowed goes here, at DEBUG: logging.getLogger('ddp_nb').setLevel('DEBUG') shows it
 log = logging.getLogger('ddp_nb.engines')
@@ -19,7 +19,7 @@ log = logging.getLogger('ddp_nb.engines')
 # %% auto #0
 __all__ = ['log', 'ENGINE_MAIN', 'remote_count', 'controller_ip', 'ssh_hosts', 'remote_config', 'ipp_cluster',
            'await_registration', 'wait_for_engines', 'start_more', 'connect_existing', 'stop_ipp', 'death_cause',
-           'watch_exits', 'exit_code', 'controller_down']
+           'watch_exits', 'exit_code', 'unregistered', 'controller_down']
 
 # %% ../nbs/02a_engines.ipynb #c6b42e6d
 def remote_count(engines, # the launcher's name
@@ -167,6 +167,7 @@ def await_registration(rc, # a connected Client
                        n:int, # engines to wait for
                        timeout:float, # seconds
                        bar:bool=True, # a progress bar (in IPython, unless IPP_NONINTERACTIVE)
+                       cluster=None, # the ipyparallel Cluster that started them: a timeout names the missing ones
                       ):
     "Wait until `n` engines registered (failing at once if an engine set stops), with a progress bar in a notebook"
     fut = rc.wait_for_engines(n, timeout=timeout, block=False, interactive=False)
@@ -179,7 +180,10 @@ def await_registration(rc, # a connected Client
         while not fut.done():
             if pb is not None: pb.update(min(n, len(rc.ids)) - pb.n)
             time.sleep(0.05)
-        fut.result()
+        try: fut.result()
+        except TimeoutError as e:
+            if cluster is None: raise
+            raise RuntimeError(unregistered(cluster, rc, n, timeout)) from e
         # all registered: a full bar (a closed bar short of its total stays, red)
         if pb is not None: pb.update(n - pb.n)
     finally:
@@ -313,6 +317,27 @@ def exit_code(cluster, # the ipyparallel Cluster that started the engine
         try: code = proc.wait(0.5)
         except (psutil.Error, OSError): pass  # still running, or another process's child: no status
     return code
+
+# %% ../nbs/02a_engines.ipynb #d50bd062
+def unregistered(cluster, # the ipyparallel Cluster that started the engines
+                 rc, # its connected Client
+                 n:int, # engines expected
+                 timeout:float, # seconds waited
+                 tail:int=1200, # characters of each missing engine's output
+                ) -> str:
+    "Why `n` engines are not all registered: each started engine that did not, alive or how it ended, its output's end"
+    try: pids = set(rc[rc.ids].apply_async(os.getpid).get(timeout=5)) if rc.ids else set()
+    except Exception: pids = None  # (the registered cannot say who they are: every engine is listed)
+    out = [f"{len(rc.ids)} of {n} engines registered within {timeout:g}s."]
+    for l in engine_launchers(cluster):
+        p = launcher_process(l); pid = getattr(p, 'pid', None) or getattr(l, 'pid', None)
+        if pids is not None and pid in pids: continue
+        alive = pid is not None and pid_alive(pid)
+        state = 'still running (stuck before registering?)' if alive else death_cause(exit_code(cluster, pid))
+        text = launcher_output(l).strip()
+        out.append(f"Engine {getattr(l, 'identifier', '?')} (pid {pid}): {state}; its output "
+                   + (f"ends:\n{text[-tail:]}" if text else "is empty."))
+    return '\n'.join(out + ["Start again with cl.start(); if it happens again, report the lines above."])
 
 # %% ../nbs/02a_engines.ipynb #c8d1e5a1
 def controller_down(cluster, # the ipyparallel Cluster that started the controller; None: attached by file
