@@ -318,7 +318,7 @@ def exit_code(cluster, # the ipyparallel Cluster that started the engine
         except (psutil.Error, OSError): pass  # still running, or another process's child: no status
     return code
 
-# %% ../nbs/02a_engines.ipynb #d50bd062
+# %% ../nbs/02a_engines.ipynb #adc082d4
 def unregistered(cluster, # the ipyparallel Cluster that started the engines
                  rc, # its connected Client
                  n:int, # engines expected
