@@ -739,10 +739,40 @@ def _heal(self:DDPCluster, new:list, # the new ranks
                                timeout=self.timeout + o['nbytes'] / 20e6)
         # (only once every new rank holds its models: wrapping is a collective of every rank)
         self._ranks.call('ddp_nb.heal:rewrap_names', wrap, what='wrapping DDP models again', timeout=self.timeout)
+        fb = self._fall_back(inv, src)
     except Exception as e: return dict(src=src, error=str(e).strip()[:300] or type(e).__name__)
-    skipped = o['skipped'] | {k: 'it differs between the survivors: each rank has its own' for k in own}
+    skipped = {k: why for k, why in o['skipped'].items() if k not in (fb or {}).get('sharded', ())}
+    skipped |= {k: 'it differs between the survivors: each rank has its own' for k in own}
     return dict(src=src, names=res[new[0]]['names'], skipped=skipped, rewrapped=wrap, nbytes=o['nbytes'],
-                moved_s=max(res[r]['moved_s'] for r in new), took=time.monotonic() - t0)
+                moved_s=max(res[r]['moved_s'] for r in new), took=time.monotonic() - t0, fallback=fb)
+
+@patch
+def _fall_back(self:DDPCluster, inv:dict, # rank -> `ddp_nb.heal.inventory` of the ranks that kept their state
+               src:int, # the rank whose loaders speak for all
+              ) -> dict|None: # sharded: names; ckpts: loader -> (folder, newest step); None: nothing sharded
+    "Sharded models (FSDP2) lose a shard with a rank: every rank's next `fit` resumes from their last sharded checkpoint"
+    sharded = sorted(set().union(*(set(i['sharded']) for i in inv.values())))
+    if not sharded: return None
+    ckpts = inv[src]['ckpts']
+    if ckpts: self._ranks.call('ddp_nb.heal:forget_progress', list(ckpts), what="sending fit back to its checkpoint",
+                               timeout=self.timeout)
+    return dict(sharded=sharded, ckpts=ckpts)
+
+def _fallback_line(fb:dict, # `DDPCluster._fall_back`'s
+                   lost:list, # the ranks whose shards are gone ([]: none, the world grew)
+                  ) -> str:
+    "What a heal or a resize says when it falls back to the sharded checkpoint"
+    names, are = ', '.join(fb['sharded']), agree(fb['sharded'], 'is', 'are')
+    line = (f"{names} {are} sharded (FSDP2): " + (f"no rank holds {name_ranks(lost)}'s shards (FSDP2 keeps no "
+            "replica; HSDP would)" if lost else "the new world shards them differently")
+            + ", and every rank's shards are bound to the old group. ")
+    steps = {d: s for d, s in fb['ckpts'].values()}
+    if steps and all(s is not None for s in steps.values()):
+        where = '; '.join(f"step {s} in {d}" for d, s in steps.items())
+        return line + (f"Falling back to the last sharded checkpoint ({where}): re-run the cells that build {names} on "
+                       f"every rank, then the fit cell: every rank resumes from there.")
+    return line + ("No sharded checkpoint was written (fit(..., ckpt_dir=..., checkpointer=SHARDED) writes them): "
+                   "re-run your set-up cells on every rank; training starts over.")
 
 # %% ../nbs/02g_cluster.ipynb #de5cffaf
 @patch
@@ -779,6 +809,7 @@ def _restarted_line(ranks:list, # the ranks replaced
         line += (f"DDP wrapped again on every rank: {', '.join(h['rewrapped'])}. " if h['rewrapped'] else '')
         line += (f"Not carried: {'; '.join(f'{k} ({why})' for k, why in h['skipped'].items())}: re-run the cells "
                  f"that make them on {name_ranks(ranks)}. " if h['skipped'] else '')
+        if h.get('fallback'): return line + _fallback_line(h['fallback'], ranks)
         return line + "Re-run the interrupted cell to go on (fit continues from its last completed step)."
     return line + (f"{name_ranks(ranks).capitalize()} {agree(ranks, 'is', 'are')} new: re-run your setup cells "
                    "(imports, data, model, optimizer) on every rank." if ranks else
@@ -840,6 +871,7 @@ def _resized_line(world:int, n:int, # the size before and after
                   wrapped:list, # the DDP models wrapped again on every rank
                   said:dict, # rank -> what `ddp_nb.heal.resized` changed there
                   port:int, took:float,
+                  fb:dict|None=None, # `DDPCluster._fall_back`'s, where sharded models go back to their checkpoint
                  ) -> str:
     "What a resize says it did"
     line = f"Resized from {world} to {n} ranks in {took:.1f}s: "
@@ -857,6 +889,7 @@ def _resized_line(world:int, n:int, # the size before and after
                  f"that make them on {name_ranks(new)}.")
     changes = {k: v for r in sorted(said) for k, v in said[r].items()}  # (each name once: the same on every rank)
     if changes: line += " Changed on every rank: " + '; '.join(f"{k} ({v})" for k, v in changes.items()) + '.'
+    if fb: return line + ' ' + _fallback_line(fb, drop)
     return line + (" Re-run the interrupted cell to go on." if healed is None or 'error' not in healed else '')
 
 @patch
@@ -887,16 +920,19 @@ def resize(self:DDPCluster,
     if moved and self._collector is not None: self._connect_reporters(list(moved))  # (under their new numbers)
     if self._dash is not None: self._dash.resize(n)
     healed = self._heal(new, list(range(len(stay)))) if new else None
-    wrapped = healed.get('rewrapped', []) if healed else self._rewrap()
+    if healed is None:
+        inv = self._ranks.call('ddp_nb.heal:inventory', what="listing the ranks' models", timeout=self.timeout)
+        wrapped, fb = self._rewrap(inv), self._fall_back(inv, 0)
+    else: wrapped, fb = healed.get('rewrapped', []), healed.get('fallback')
     said = self._ranks.call('ddp_nb.heal:resized', each={r: (*before.get(r, (None, None)), world) for r in range(n)},
                             what='setting every rank in the new world', timeout=self.timeout)
-    print(_resized_line(world, n, drop, moved, healed, wrapped, said, self.master_port, time.monotonic() - t0))
+    print(_resized_line(world, n, drop, moved, healed, wrapped, said, self.master_port, time.monotonic() - t0, fb))
     return self
 
 @patch
-def _rewrap(self:DDPCluster) -> list: # the names wrapped again
+def _rewrap(self:DDPCluster, inv:dict, # rank -> `ddp_nb.heal.inventory`, of every rank
+           ) -> list: # the names wrapped again
     "Wrap every DDP model again on every rank, on the current group (the names every rank holds one under)"
-    inv = self._ranks.call('ddp_nb.heal:inventory', what="listing the ranks' DDP models", timeout=self.timeout)
     wrap = sorted(set.intersection(*(set(i['ddp']) for i in inv.values())))
     self._ranks.call('ddp_nb.heal:rewrap_names', wrap, what='wrapping DDP models again', timeout=self.timeout)
     return wrap

@@ -5,7 +5,7 @@
 # %% auto #0
 __all__ = ['RANK_NAMES', 'IPYTHON_NAMES', 'SMALL', 'PLAIN', 'WORLD_NAMES', 'carried', 'Sharded', 'Packer', 'Pending', 'Unpacker',
            'pack', 'unpack', 'retarget', 'flat_bytes', 'wire_device', 'spec_bytes', 'from_bytes', 'offer', 'inventory',
-           'rewrap_all', 'heal_rank', 'rewrap_names', 'resized']
+           'fallback', 'forget_progress', 'rewrap_all', 'heal_rank', 'rewrap_names', 'resized']
 
 # %% ../nbs/01k_heal.ipynb #3bb349ee
 import io, math, pickle, time
@@ -211,12 +211,38 @@ def offer() -> dict:
 PLAIN = (int, float, str, bool, bytes, type(None))  # values compared between survivors
 
 def inventory(ns:dict|None=None, # a namespace; None: this rank's `%%px` one
-             ) -> dict: # ddp: the names holding a DDP model; plain: the plain values (`PLAIN`), as text
+             ) -> dict: # ddp: names holding a DDP model; plain: plain values (`PLAIN`) as text; sharded, ckpts: `fallback`
     "What a survivor tells the kernel before a heal: which names to wrap again, and values to compare (`compare.differing`)"
     from ddp_nb.rank import namespace
     ns, mine = carried(user_namespace(ns)), set(namespace())
     return dict(ddp=sorted(k for k, v in ns.items() if isinstance(v, DDP)),
-                plain={k: repr(v)[:200] for k, v in ns.items() if k not in mine and isinstance(v, PLAIN)})
+                plain={k: repr(v)[:200] for k, v in ns.items() if k not in mine and isinstance(v, PLAIN)},
+                **fallback(ns))
+
+def _holds_dtensor(v) -> bool:
+    "Whether `v` is a module or an optimizer with sharded (DTensor) parameters"
+    ps = (v.parameters() if isinstance(v, torch.nn.Module) else
+          (p for g in v.param_groups for p in g['params']) if isinstance(v, torch.optim.Optimizer) else ())
+    return any(type(p).__name__ == 'DTensor' for p in ps)
+
+def fallback(ns:dict, # a namespace (`carried`)
+            ) -> dict: # sharded: names; ckpts: loader name -> (its fit's checkpoint folder, newest step there or None)
+    "What a heal cannot carry for want of a replica (FSDP2's shards) and the sharded checkpoints `fit` wrote to go back to"
+    from ddp_nb.loader import ShardedLoader
+    from ddp_nb.sharded import sharded_checkpoints
+    ckpts = {}
+    for k, v in ns.items():
+        d = getattr(v, 'fit_state', {}).get('ckpt') if isinstance(v, ShardedLoader) else None
+        if d: newest = sharded_checkpoints(d); ckpts[k] = (d, int(newest[-1].name.split('-')[-1]) if newest else None)
+    return dict(sharded=sorted(k for k, v in ns.items() if _holds_dtensor(v)), ckpts=ckpts)
+
+def forget_progress(names:list, # the loaders whose `fit` goes back to its checkpoint
+                    ns:dict|None=None, # a namespace; None: this rank's `%%px` one
+                   ) -> list:
+    "On every rank, when a heal falls back to the sharded checkpoint: the next `fit` on these loaders resumes from it"
+    ns = user_namespace(ns)
+    for k in names: ns[k].__dict__.pop('fit_state', None)
+    return names
 
 # %% ../nbs/01k_heal.ipynb #0dce5e08
 def rewrap_all(ns:dict, # a namespace

@@ -69,6 +69,7 @@ def fit(model:nn.Module, # the DDP-wrapped model
     # running (sum of losses, steps), kept on the device: no sync per step
     def zeros(): return torch.zeros(2, dtype=torch.float64, device=dev)
     st = loader.__dict__.setdefault('fit_state', dict(step=0, losses=[], tot=zeros()))
+    if ckpt_dir: st['ckpt'] = str(ckpt_dir)  # (where a heal that cannot carry a sharded model falls back to)
     # resume from the checkpoint, unless this loader already trained in this process (after a stop: continue in memory)
     if ckpt_dir and checkpointer is None and _sharded_model(model):
         raise ValueError("This model is sharded (FSDP2): single-file checkpoints would hold rank 0's shards only. "

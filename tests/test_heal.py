@@ -177,3 +177,52 @@ def test_resize_2_3_2_mid_epoch_each_sample_once_and_the_same_weights(k):
     assert max(diff) < 1e-5, diff
     assert k.value("cl.pull('[loader.epoch, loader.fit_state[\"step\"]]', rank=1)") == [1, 23]
     assert k.value("len(cluster_procs(cl.cluster_id))") == n_procs
+
+
+FSDP = r'''%%px
+import tempfile, time, torch, torch.nn as nn, torch.nn.functional as F
+from ddp_nb.train import seed_everything, ShardedLoader, fit
+from ddp_nb.digits import digits_data
+from ddp_nb.sharded import shard_model, SHARDED
+class Block(nn.Module):
+    def __init__(self, d): super().__init__(); self.lin = nn.Linear(d, d)
+    def forward(self, x): return x + F.relu(self.lin(x))
+def build():
+    seed_everything(0)
+    model = shard_model(nn.Sequential(nn.Linear(64, 32), Block(32), nn.Linear(32, 10)), wrap=(Block,))
+    return model, torch.optim.AdamW(model.parameters(), lr=3e-3), ShardedLoader(digits_data(), global_batch_size=64)
+def whole(m): return torch.cat([p.full_tensor().flatten() for p in m.parameters()])
+def slow(out, y): time.sleep(0.04); return F.cross_entropy(out, y)
+model, opt, loader = build()
+fit(model, loader, opt, epochs=1, loss_fn=slow)
+full = whole(model)   # the run never interrupted
+model, opt, loader = build()
+'''
+
+
+def test_fsdp2_shards_cannot_heal_the_restart_falls_back_to_the_last_sharded_checkpoint(k):
+    k.ok("cl.stop()\ncl = DDPCluster(n=2).start()\nimport tempfile\nckpt = tempfile.mkdtemp(prefix='ddp_nb-heal-fsdp-')\n"
+         "cl.push(ckpt=ckpt)", timeout=300)
+    k.ok(FSDP, timeout=300)
+    run0 = k.value("cl._collector.ranks[0].run")
+    k.ok("ar = cl.run('out = fit(model, loader, opt, epochs=1, loss_fn=slow, ckpt_dir=ckpt, ckpt_every=5, "
+         "checkpointer=SHARDED)', block=False)")
+    deadline = time.monotonic() + 120
+    while k.value(f"(lambda s: s.run > {run0} and (s.step or 0) >= 12)(cl._collector.ranks[0])") is not True:
+        assert time.monotonic() < deadline, "the fit did not reach step 12"
+        time.sleep(0.1)
+    kill(k, 1)
+    k.ok("try: ar.get(60)\nexcept Exception as e: failed = repr(e)\nelse: failed = None")
+    out = k.ok("cl.restart()")
+    print(out)
+    assert ("model, opt are sharded (FSDP2): no rank holds rank 1's shards (FSDP2 keeps no replica; HSDP would), and "
+            "every rank's shards are bound to the old group. Falling back to the last sharded checkpoint (step ") in out, out
+    assert any(f"(step {s} in {k.value('ckpt')})" in out for s in (10, 15)), out   # (the newest, as rank 0 saw it)
+    assert "re-run the cells that build model, opt on every rank, then the fit cell: every rank resumes from there." in out, out
+    assert "Not carried" not in out, out   # (the sharded names are said once, with the way back)
+    # the way back, as the line says: build on every rank, re-run fit
+    k.ok("%%px\nmodel, opt, _ = build()\nout = fit(model, loader, opt, epochs=1, loss_fn=slow, ckpt_dir=ckpt, ckpt_every=5, "
+         "checkpointer=SHARDED)\nsame = torch.equal(whole(model), full)", timeout=300)
+    res = k.value("cl.view['(out[\"step\"], out[\"resumed_from\"], same)']")
+    assert res[0] == res[1] and res[0][0] == 24 and res[0][1] in (10, 15) and res[0][2] is True, res
+    k.ok("import shutil; shutil.rmtree(ckpt)")
