@@ -116,6 +116,8 @@ def test_three_ranks_each_ranks_own_values_are_not_carried(k):
     assert 'healed from rank 0' in out and \
         'Not carried: offset (it differs between the survivors: each rank has its own): re-run' in out, out
     assert k.value("cl.pull('(shared, float(w.sum()), \"offset\" in globals(), rank)', rank=1)") == ['same', 1999000.0, False, 1]
+    # the transfer went over a group of its own: rank 2, not part of it, issued as many collectives as ranks 0 and 1
+    assert k.value("cl.check()") is True
 
 
 RESIZE = r'''%%px
