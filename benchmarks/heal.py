@@ -68,7 +68,7 @@ def run(rounds: int = 3, sizes=(10e6, 100e6)) -> str:
     "The heal section, as markdown"
     from ddp_nb import DDPCluster
     from benchmarks import heal as rank_side   # by name: the ranks import these functions
-    rows = []
+    rows, grow = [], []
     with DDPCluster(n=2) as cl, tempfile.TemporaryDirectory(prefix='ddp_nb-bench-heal-') as tmp:
         for size in sizes:
             t = {'heal': [], 'checkpoint': []}
@@ -96,6 +96,19 @@ def run(rounds: int = 3, sizes=(10e6, 100e6)) -> str:
             rows.append([f"{n / 1e6:.1f}M parameters ({mib:.0f} MiB of weights and momentum)", f"{h:.2f} s",
                          f"{med(moved):.2f} s ({mib / med(moved):.0f} MiB/s)" if moved and med(moved) > 0 else '',
                          f"{c:.2f} s", f"{c / h:.2f}×", 'yes' if same else '**no**'])
+            # the world resized: 2 → 3 (rank 2 new, healed from rank 0) and back (rank 2 leaves)
+            t, same = {'up': [], 'down': []}, True
+            for r in range(rounds):
+                cl.run(rank_side.build, size)
+                ref = cl.run(rank_side.state_digest)[0]
+                t0 = time.perf_counter(); cl.resize(3); t['up'].append(time.perf_counter() - t0)
+                same &= set(cl.run(rank_side.state_digest)) == {ref}
+                t0 = time.perf_counter(); cl.resize(2); t['down'].append(time.perf_counter() - t0)
+                same &= set(cl.run(rank_side.state_digest)) == {ref}
+                print(f"resize {n / 1e6:.0f}M round {r + 1}/{rounds}: 2 → 3 {t['up'][-1]:.2f} s, 3 → 2 {t['down'][-1]:.2f} s",
+                      flush=True)
+            grow.append([f"{n / 1e6:.1f}M parameters", f"{med(t['up']):.2f} s", f"{med(t['down']):.2f} s",
+                         'yes' if same else '**no**'])
     return ("### 15. Heal a lost rank: restart + heal vs restart + reload from a checkpoint, 2 ranks\n\n"
             f"A DDP MLP of {WIDTHS} square layers and SGD with momentum on each rank; rank 1 killed with SIGKILL. Time from the "
             "kill until both ranks hold the model and optimizer again, wrapped on the new group: `cl.restart()` (rank 1 "
@@ -104,7 +117,11 @@ def run(rounds: int = 3, sizes=(10e6, 100e6)) -> str:
             f"it). {rounds} alternating "
             "rounds, medians. *Same state*: every rank's weights and momentum equal the state before the kill.\n\n"
             + table(['model', 'restart + heal', 'of which over the process group', 'restart + checkpoint reload',
-                     'checkpoint / heal', 'same state'], rows))
+                     'checkpoint / heal', 'same state'], rows)
+            + "\n\nThe world resized, the same models: `cl.resize(3)` (a new engine, healed from rank 0, DDP wrapped again on "
+              "every rank) and `cl.resize(2)` (rank 2 leaves, the group formed again); medians of the same rounds. *Same "
+              "state*: every rank's weights and momentum after each resize equal those before.\n\n"
+            + table(['model', '2 → 3 ranks', '3 → 2 ranks', 'same state'], grow))
 
 
 if __name__ == '__main__':
