@@ -355,6 +355,9 @@ def _loop(self:Collector):
         if time.monotonic() - last >= self.tick:
             last = time.monotonic()
             for f in list(self.listeners): self._call(f)
+    else:  # closed: what had arrived counts too (a cell's last batch, sent as it ended), before the last frame
+        try: self._drain(zmq)
+        except zmq.ZMQError: pass
     self.sock.close(); self.ctx.term()  # this thread owns the socket: it closes it
 
 # %% ../nbs/02f1_collector.ipynb #390ea0a0

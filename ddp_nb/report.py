@@ -300,7 +300,8 @@ class Reporter:
         self.error = None  # (time, 'ValueError: ...') of the last uncaught error on this engine, until the next cell
         self.in_cell = False  # a cell (%%px, view.execute) is running on this engine: the run's active time counts
         self._hook_errors()
-        self._stop = threading.Event()
+        # (stop the thread; send now, as a cell ends; what was asked for is sent)
+        self._stop, self._now, self._sent = threading.Event(), threading.Event(), threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True, name='ddp_nb-report')
         self._thread.start()
 
@@ -377,11 +378,15 @@ def flush(self:Reporter):
 
 @patch
 def _loop(self:Reporter):
-    "Send a batch every `interval` until closed, then what is left; this thread owns the socket and closes it"
-    while not self._stop.wait(self.interval):
+    "Send a batch every `interval` (or at once when asked: `send_now`) until closed, then what is left; this thread owns the socket"
+    while not self._stop.is_set():
+        asked = self._now.wait(self.interval)
+        if self._stop.is_set(): break
+        self._now.clear()
         try: self.flush()
         except Exception:
             log.debug("a report batch was not sent (the next one is tried in %ss)", self.interval, exc_info=True)
+        if asked: self._sent.set()
     try: self.flush()
     except Exception: log.debug("the last report batch was not sent", exc_info=True)
     self.sock.close(); self.ctx.term()
@@ -389,7 +394,14 @@ def _loop(self:Reporter):
 @patch
 def close(self:Reporter):
     "Stop the thread after it sent what is left"
-    self._stop.set(); self._thread.join(5)
+    self._stop.set(); self._now.set(); self._thread.join(5)
+
+@patch
+def send_now(self:Reporter, timeout:float=0.05, # seconds to wait for the thread to have sent it
+            ):
+    "Send what is buffered at once, and wait (briefly) until it is sent: a cell's last step reaches the notebook with its end"
+    if not self.buf or not self._thread.is_alive(): return
+    self._sent.clear(); self._now.set(); self._sent.wait(timeout)
 
 # %% ../nbs/01a_report.ipynb #c2029d4e
 def _cell_started(*args):
@@ -398,9 +410,9 @@ def _cell_started(*args):
     if r is not None: r.error, r.in_cell = None, True
 
 def _cell_ended(*args):
-    "IPython post_execute: the cell ended"
+    "IPython post_execute: the cell ended; its last reports go now (the notebook sees the cell's end with them)"
     r = ctx.reporter
-    if r is not None: r.in_cell = False
+    if r is not None: r.in_cell = False; r.send_now()
 
 @patch
 def _hook_errors(self:Reporter):
