@@ -753,7 +753,8 @@ def _fall_back(self:DDPCluster, inv:dict, # rank -> `ddp_nb.heal.inventory` of t
     "Sharded models (FSDP2) lose a shard with a rank: every rank's next `fit` resumes from their last sharded checkpoint"
     sharded = sorted(set().union(*(set(i['sharded']) for i in inv.values())))
     if not sharded: return None
-    ckpts = inv[src]['ckpts']
+    ckpts = {k: (d, self._ranks.call('ddp_nb.sharded:newest_step', d, ranks=[src], what='finding the newest checkpoint',
+                                     timeout=self.timeout)[src]) for k, d in inv[src]['ckpts'].items()}
     if ckpts: self._ranks.call('ddp_nb.heal:forget_progress', list(ckpts), what="sending fit back to its checkpoint",
                                timeout=self.timeout)
     return dict(sharded=sharded, ckpts=ckpts)

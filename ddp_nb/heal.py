@@ -226,15 +226,14 @@ def _holds_dtensor(v) -> bool:
     return any(type(p).__name__ == 'DTensor' for p in ps)
 
 def fallback(ns:dict, # a namespace (`carried`)
-            ) -> dict: # sharded: names; ckpts: loader name -> (its fit's checkpoint folder, newest step there or None)
-    "What a heal cannot carry for want of a replica (FSDP2's shards) and the sharded checkpoints `fit` wrote to go back to"
+            ) -> dict: # sharded: names; ckpts: loader name -> its fit's checkpoint folder (`sharded.newest_step` there)
+    "What a heal cannot carry for want of a replica (FSDP2's shards), and where `fit` wrote the checkpoints to go back to"
     sharded, ckpts = sorted(k for k, v in ns.items() if _holds_dtensor(v)), {}
-    if not sharded: return dict(sharded=sharded, ckpts=ckpts)  # (the usual case: no import of DCP's modules, 0.7 s)
+    if not sharded: return dict(sharded=sharded, ckpts=ckpts)  # (the usual case)
     from ddp_nb.loader import ShardedLoader
-    from ddp_nb.sharded import sharded_checkpoints
     for k, v in ns.items():
         d = getattr(v, 'fit_state', {}).get('ckpt') if isinstance(v, ShardedLoader) else None
-        if d: newest = sharded_checkpoints(d); ckpts[k] = (d, int(newest[-1].name.split('-')[-1]) if newest else None)
+        if d: ckpts[k] = d
     return dict(sharded=sharded, ckpts=ckpts)
 
 def forget_progress(names:list, # the loaders whose `fit` goes back to its checkpoint

@@ -4,8 +4,9 @@
 
 # %% auto #0
 __all__ = ['SHARDED_FORMAT', 'DCP_METADATA_GLOBALS', 'SHARDED', 'shard_units', 'check_shared', 'is_sharded', 'shard_model',
-           'shard_summary', 'sharded_checkpoints', 'checkpoint_kind', 'save_sharded', 'MetadataUnpickler',
-           'read_dcp_metadata', 'SafeReader', 'SafePlanner', 'check_sharded', 'load_sharded', 'load_full_into_sharded']
+           'shard_summary', 'sharded_checkpoints', 'newest_step', 'checkpoint_kind', 'save_sharded',
+           'MetadataUnpickler', 'read_dcp_metadata', 'SafeReader', 'SafePlanner', 'check_sharded', 'load_sharded',
+           'load_full_into_sharded']
 
 # %% ../nbs/01g_sharded.ipynb #faabed7d
 import io, os, pickle, shutil, time, warnings
@@ -145,6 +146,12 @@ def sharded_checkpoints(folder:Union[str, Path], # where `save_sharded` writes
     "The complete sharded checkpoints in `folder`, oldest first (temporary folders of interrupted saves excluded)"
     d = Path(folder)
     return sorted(p for p in d.glob('step-*') if p.is_dir() and (p / 'meta.pt').is_file()) if d.is_dir() else []
+
+def newest_step(folder:Union[str, Path], # where `save_sharded` writes
+               ) -> Optional[int]: # None: no complete checkpoint there
+    "The step of the newest complete sharded checkpoint in `folder`"
+    cs = sharded_checkpoints(folder)
+    return int(cs[-1].name.split('-')[-1]) if cs else None
 
 def checkpoint_kind(path:Union[str, Path], # a checkpoint file or folder, or a run's folder
                    ) -> Optional[str]: # 'sharded', 'single' or None
