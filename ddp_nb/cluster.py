@@ -891,7 +891,8 @@ def _resized_line(world:int, n:int, # the size before and after
     changes = {k: v for r in sorted(said) for k, v in said[r].items()}  # (each name once: the same on every rank)
     if changes: line += " Changed on every rank: " + '; '.join(f"{k} ({v})" for k, v in changes.items()) + '.'
     if fb: return line + ' ' + _fallback_line(fb, drop)
-    return line + (" Re-run the interrupted cell to go on." if healed is None or 'error' not in healed else '')
+    return line + (" Re-run the training cell to go on (fit continues from its last completed step)."
+                   if healed is None or 'error' not in healed else '')
 
 @patch
 def resize(self:DDPCluster,
@@ -912,12 +913,12 @@ def resize(self:DDPCluster,
     stay = [r for r in range(world) if r not in drop]
     before = {i: (r, self._ranks.plan[r].local_rank) for i, r in enumerate(stay)}  # new rank -> numbers before
     new, moved = list(range(len(stay), n)), {i: r for i, (r, _) in before.items() if i != r}
+    new_ids = self._replacements(new, wait, 'resize') if new else []  # (none in time: the world stays as it was)
     if self._collector is not None:  # the dashboard's run goes on: reports under the old numbers end first
         if moved: self._ranks.call('ddp_nb.report:disconnect', ranks=list(moved.values()),
                                    what='pausing the reports of the ranks that move', timeout=self.timeout)
         self._collector.resizing(n, {i: r for i, (r, _) in before.items()})
-    self._regroup({self._ranks.plan[r].engine_id: i for i, r in enumerate(stay)},
-                  self._replacements(new, wait, 'resize') if new else [])
+    self._regroup({self._ranks.plan[r].engine_id: i for i, r in enumerate(stay)}, new_ids)
     if moved and self._collector is not None: self._connect_reporters(list(moved))  # (under their new numbers)
     if self._dash is not None: self._dash.resize(n)
     healed = self._heal(new, list(range(len(stay)))) if new else None

@@ -246,6 +246,16 @@ def test_two_hosts_in_network_namespaces(netns, no_leftovers):
             assert cl.pull('res', rank=2)['digest'] == res[0]['digest']
         else: assert cl.pull("'res' in globals()", rank=2) is False  # no survivor: a new engine starts empty
 
+        # the world grows onto host B: an engine started there by hand joins as rank 4, healed from rank 0; then it leaves
+        b.start_engines(1, str(engine_file))
+        t = time.monotonic()
+        cl.resize(5)
+        MEASURED['resize 4 → 5 with an engine started by hand on host B (s)'] = round(time.monotonic() - t, 2)
+        assert [(r.rank, r.host, r.local_rank) for r in cl.ranks][2:] == [(2, B_NAME, 0), (3, B_NAME, 1), (4, B_NAME, 2)]
+        assert cl.check() and cl.pull('rank', rank=4) == 4
+        cl.resize(4)
+        assert cl.world_size == 4 and cl.check()
+
         # then host B goes down whole (engines and nannies): the ranks there stop answering, named as host B
         took, msg = run_until_failure(cl, b.kill_all)
         print(msg)
