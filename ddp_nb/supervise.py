@@ -26,10 +26,12 @@ __all__ = ['FEW', 'proc_status', 'where', 'stack_frames', 'group_stacks', 'group
 def _short_stack(text:str, # faulthandler output for one process
                  keep:int=8, # innermost frames kept per thread
                 ) -> str:
-    "The main thread's innermost frames from a faulthandler dump (our own watcher threads left out)"
+    "The innermost frames of the thread running the cell (else the current one) from a faulthandler dump"
     blocks = [b for b in text.strip().split('\n\n') if b.strip()]
     main = [b for b in blocks if 'most recent call first' in b]
-    pick = next((b for b in main if 'Current thread' in b), None) or (main[-1] if main else text)
+    # (the signal that asks for the dump may land on any thread: a reporter's, sampling memory, is then 'current')
+    pick = (next((b for b in main if '/IPython/' in b and ' in run_code' in b), None)
+            or next((b for b in main if 'Current thread' in b), None) or (main[-1] if main else text))
     lines = pick.splitlines()
     # the engine's own frames
     cut = next((i for i, l in enumerate(lines) if '/IPython/' in l or '/ipykernel/' in l), len(lines))
