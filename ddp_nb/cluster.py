@@ -727,7 +727,7 @@ def _heal(self:DDPCluster, new:list, # the new ranks
                              timeout=self.timeout)[src]
         inv = self._ranks.call('ddp_nb.heal:inventory', ranks=kept, what="listing the survivors' namespaces",
                                timeout=self.timeout)
-        wrap = sorted(set.intersection(*(set(i['ddp']) for i in inv.values())) - set(o['skipped']))  # (on every rank)
+        wrap = [k for k in _ddp_names(inv) if k not in o['skipped']]
         # (with two survivors or more: what differs between them is each rank's own, not the new rank's)
         own = differing({r: i['plain'] for r, i in inv.items()}) if len(kept) > 1 else []
         members = sorted([src, *new])  # (the transfer's group: every rank makes it)
@@ -745,6 +745,11 @@ def _heal(self:DDPCluster, new:list, # the new ranks
     skipped |= {k: 'it differs between the survivors: each rank has its own' for k in own}
     return dict(src=src, names=res[new[0]]['names'], skipped=skipped, rewrapped=wrap, nbytes=o['nbytes'],
                 moved_s=max(res[r]['moved_s'] for r in new), took=time.monotonic() - t0, fallback=fb)
+
+def _ddp_names(inv:dict, # rank -> `ddp_nb.heal.inventory`
+              ) -> list:
+    "The names that hold a DDP model on every rank of `inv`: the ones wrapped again"
+    return sorted(set.intersection(*(set(i['ddp']) for i in inv.values())))
 
 @patch
 def _fall_back(self:DDPCluster, inv:dict, # rank -> `ddp_nb.heal.inventory` of the ranks that kept their state
@@ -935,7 +940,7 @@ def resize(self:DDPCluster,
 def _rewrap(self:DDPCluster, inv:dict, # rank -> `ddp_nb.heal.inventory`, of every rank
            ) -> list: # the names wrapped again
     "Wrap every DDP model again on every rank, on the current group (the names every rank holds one under)"
-    wrap = sorted(set.intersection(*(set(i['ddp']) for i in inv.values())))
+    wrap = _ddp_names(inv)
     self._ranks.call('ddp_nb.heal:rewrap_names', wrap, what='wrapping DDP models again', timeout=self.timeout)
     return wrap
 

@@ -47,6 +47,19 @@ def kill(k, rank: int, limit: float = 10):
     while pid_alive(pid): assert time.monotonic() < deadline, f"rank {rank}'s engine (pid {pid}) outlived SIGKILL"; time.sleep(0.01)
 
 
+def kill_during(k, fit: str, step: int) -> str | None:
+    "Run `fit` (a cell's code) on every rank without waiting; kill -9 rank 1 once rank 0 reported `step` of this run; the error the cell ended with (None: it went on)"
+    run0 = k.value("cl._collector.ranks[0].run")   # the run before it on the dashboard
+    k.ok(f"ar = cl.run({fit!r}, block=False)")
+    deadline = time.monotonic() + 120
+    while k.value(f"(lambda s: s.run > {run0} and (s.step or 0) >= {step})(cl._collector.ranks[0])") is not True:
+        assert time.monotonic() < deadline, f"the fit did not reach step {step}"
+        time.sleep(0.1)
+    kill(k, 1)
+    k.ok("try: ar.get(60)\nexcept Exception as e: failed = repr(e)\nelse: failed = None")
+    return k.value("failed")
+
+
 @pytest.fixture(scope='module')
 def k():
     yield from cluster_kernel(SETUP, MEASURED, 'heal')
@@ -55,16 +68,9 @@ def k():
 def test_kill_mid_fit_restart_heals_and_continues_bit_identical(k):
     k.ok(RANKS, timeout=300)
     n_procs = k.value("len(cluster_procs(cl.cluster_id))")
-    run0 = k.value("cl._collector.ranks[0].run")   # the reference fit's run on the dashboard
-    k.ok("ar = cl.run('out = fit(model, loader, opt, epochs=2, loss_fn=slow)', block=False)")
     # kill rank 1 at ~40% of the fit (2 epochs of 24 steps): when rank 0 has reported step 19 of this run
-    deadline = time.monotonic() + 120
-    while k.value(f"(lambda s: s.run > {run0} and (s.step or 0) >= 19)(cl._collector.ranks[0])") is not True:
-        assert time.monotonic() < deadline, "the fit did not reach step 19"
-        time.sleep(0.1)
-    kill(k, 1)
-    k.ok("try: ar.get(60)\nexcept Exception as e: failed = repr(e)\nelse: failed = None")
-    assert k.value("failed") is not None, "the fit went on without rank 1"
+    failed = kill_during(k, 'out = fit(model, loader, opt, epochs=2, loss_fn=slow)', 19)
+    assert failed is not None, "the fit went on without rank 1"
     survived = k.value("cl.pull('(loader.fit_state[\"step\"], loader.batch)', rank=0)")
     assert 15 <= survived[0] <= 30, survived   # rank 0 lived through it, with its progress
     t0 = time.monotonic()
@@ -206,15 +212,7 @@ def test_fsdp2_shards_cannot_heal_the_restart_falls_back_to_the_last_sharded_che
     k.ok("cl.stop()\ncl = DDPCluster(n=2).start()\nimport tempfile\nckpt = tempfile.mkdtemp(prefix='ddp_nb-heal-fsdp-')\n"
          "cl.push(ckpt=ckpt)", timeout=300)
     k.ok(FSDP, timeout=300)
-    run0 = k.value("cl._collector.ranks[0].run")
-    k.ok("ar = cl.run('out = fit(model, loader, opt, epochs=1, loss_fn=slow, ckpt_dir=ckpt, ckpt_every=5, "
-         "checkpointer=SHARDED)', block=False)")
-    deadline = time.monotonic() + 120
-    while k.value(f"(lambda s: s.run > {run0} and (s.step or 0) >= 12)(cl._collector.ranks[0])") is not True:
-        assert time.monotonic() < deadline, "the fit did not reach step 12"
-        time.sleep(0.1)
-    kill(k, 1)
-    k.ok("try: ar.get(60)\nexcept Exception as e: failed = repr(e)\nelse: failed = None")
+    kill_during(k, 'out = fit(model, loader, opt, epochs=1, loss_fn=slow, ckpt_dir=ckpt, ckpt_every=5, checkpointer=SHARDED)', 12)
     out = k.ok("cl.restart()")
     print(out)
     assert ("model, opt are sharded (FSDP2): no rank holds rank 1's shards (FSDP2 keeps no replica; HSDP would), and "
