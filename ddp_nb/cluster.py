@@ -916,13 +916,12 @@ def resize(self:DDPCluster,
     self._sup.claim_all()  # tasks of leaving ranks end here: no notices from the background watcher
     if drop: self._ranks.end(drop, why='left the world (cl.resize)')
     stay = [r for r in range(world) if r not in drop]
-    before = {i: (r, self._ranks.plan[r].local_rank) for i, r in enumerate(stay)}  # new rank -> numbers before
-    new, moved = list(range(len(stay), n)), {i: r for i, (r, _) in before.items() if i != r}
+    new, moved = list(range(len(stay), n)), {i: r for i, r in enumerate(stay) if i != r}  # new rank -> rank before
     new_ids = self._replacements(new, wait, 'resize') if new else []  # (none in time: the world stays as it was)
     if self._collector is not None:  # the dashboard's run goes on: reports under the old numbers end first
         if moved: self._ranks.call('ddp_nb.report:disconnect', ranks=list(moved.values()),
                                    what='pausing the reports of the ranks that move', timeout=self.timeout)
-        self._collector.resizing(n, {i: r for i, (r, _) in before.items()})
+        self._collector.resizing(n, dict(enumerate(stay)))
     self._regroup({self._ranks.plan[r].engine_id: i for i, r in enumerate(stay)}, new_ids)
     if moved and self._collector is not None: self._connect_reporters(list(moved))  # (under their new numbers)
     if self._dash is not None: self._dash.resize(n)
@@ -931,7 +930,7 @@ def resize(self:DDPCluster,
         inv = self._ranks.call('ddp_nb.heal:inventory', what="listing the ranks' models", timeout=self.timeout)
         wrapped, fb = self._rewrap(inv), self._fall_back(inv, 0)
     else: wrapped, fb = healed.get('rewrapped', []), healed.get('fallback')
-    said = self._ranks.call('ddp_nb.heal:resized', each={r: (*before.get(r, (None, None)), world) for r in range(n)},
+    said = self._ranks.call('ddp_nb.heal:resized', each={r: (stay[r] if r < len(stay) else None, world) for r in range(n)},
                             what='setting every rank in the new world', timeout=self.timeout)
     print(_resized_line(world, n, drop, moved, healed, wrapped, said, self.master_port, time.monotonic() - t0, fb))
     return self

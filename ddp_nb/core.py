@@ -125,6 +125,7 @@ class Rank:
 def plan_ranks(engines:list[dict], # one dict per engine (its facts), with at least 'engine_id' and 'host'
                fixed:dict|None=None, # engine id -> rank for engines that keep their rank (after a restart)
                first_host:str|None=None, # the host whose engines get the lowest ranks (rank 0 there); None: by name
+               local:dict|None=None, # engine id -> local rank for engines that keep theirs (their GPU: a resize)
               ) -> list[Rank]: # one `Rank` per engine, by rank
     "Give every engine a rank (by host, then engine id; `fixed` ones keep theirs) and a local rank within its host"
     if not engines: raise ValueError("No engines to plan ranks for: the cluster has no registered engines.")
@@ -136,10 +137,19 @@ def plan_ranks(engines:list[dict], # one dict per engine (its facts), with at le
     rank_of = {**fixed, **{e.engine_id: r for e, r in zip(others, free)}}
     by_rank = sorted(es, key=lambda e: rank_of[e.engine_id])
     hosts = list(dict.fromkeys(e.host for e in by_rank))  # in order of their first rank
-    local = {h: [e.engine_id for e in by_rank if e.host == h] for h in hosts}
-    return [replace(e, rank=rank_of[e.engine_id], local_rank=local[e.host].index(e.engine_id),
-                    group_rank=hosts.index(e.host), world_size=len(es), local_world_size=len(local[e.host]))
+    on = {h: [e.engine_id for e in by_rank if e.host == h] for h in hosts}
+    slot = {i: l for h in hosts for i, l in _local_ranks(on[h], local or {}).items()}
+    return [replace(e, rank=rank_of[e.engine_id], local_rank=slot[e.engine_id],
+                    group_rank=hosts.index(e.host), world_size=len(es), local_world_size=len(on[e.host]))
             for e in by_rank]
+
+def _local_ranks(ids:list, # one host's engines, by rank
+                 kept:dict, # engine id -> local rank, for those that keep theirs
+                ) -> dict: # engine id -> local rank
+    "Local ranks on one host: kept ones stay (a live rank's device is its local rank), the others take the lowest free"
+    mine = {i: kept[i] for i in ids if i in kept}
+    free = (l for l in range(len(ids) + len(mine)) if l not in mine.values())
+    return {i: mine[i] if i in mine else next(free) for i in ids}
 
 # %% ../nbs/00_core.ipynb #c4cbb503
 def check_gpus(plan:list[Rank], # output of `plan_ranks`

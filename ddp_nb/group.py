@@ -46,7 +46,8 @@ def plan_group(rs:RankSet, # the ranks; `rs.plan` is replaced
     infos = rs.call_engines(ids, rank.engine_info, controller_addr(rs.rc), what='Reading engine facts', timeout=timeout)
     engines = label_hosts([dict(engine_id=i, **infos[i]) for i in ids], first_key=rs.me)
     mine = next((e['host'] for e in engines if e['host_key'] == rs.me), None)
-    rs.plan = plan_ranks(engines, fixed, first_host=mine)
+    local = {p.engine_id: p.local_rank for p in rs.plan if p.engine_id in (fixed or {})}  # (their devices stay theirs)
+    rs.plan = plan_ranks(engines, fixed, first_host=mine, local=local)
     return rs.plan
 
 def form_group(rs:RankSet, # the ranks, planned (`plan_group`)

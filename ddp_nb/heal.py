@@ -303,7 +303,6 @@ def rewrap_names(names:list, # the names of DDP models (or `Pending` ones) in th
 WORLD_NAMES = ('world_size', 'WORLD_SIZE')  # ints that hold the world size, by their usual names
 
 def resized(old_rank:int|None, # this rank's number before the resize; None: a new rank (healed: its own already)
-            old_local_rank:int|None, # its local rank before
             old_world:int, # the world size before
             ns:dict|None=None, # a namespace; None: this rank's `%%px` one
            ) -> dict: # name -> what changed
@@ -312,9 +311,9 @@ def resized(old_rank:int|None, # this rank's number before the resize; None: a n
     from ddp_nb.loader import ShardedLoader, resize_sampler
     ns, ri, out = user_namespace(ns), rank_info(), {}
     for k, v in carried(ns).items():
-        if type(v) is int and k in RANK_NAMES and old_rank is not None:
-            new, old = (ri.rank, old_rank) if RANK_NAMES[k] == 'rank' else (ri.local_rank, old_local_rank)
-            if v == old and v != new: ns[k] = new; out[k] = f"{old} → {new}"
+        # (a local rank stays: it is the rank's GPU, where its model and optimizer live)
+        if type(v) is int and RANK_NAMES.get(k) == 'rank' and v == old_rank != ri.rank:
+            ns[k] = ri.rank; out[k] = f"{old_rank} → {ri.rank}"
         elif type(v) is int and k in WORLD_NAMES and v == old_world != ri.world_size:
             ns[k] = ri.world_size; out[k] = f"{old_world} → {ri.world_size}"
     loaders = {id(v): (k, v) for k, v in carried(ns).items() if isinstance(v, ShardedLoader)}  # (once each)

@@ -1,8 +1,8 @@
 """The fork server and heal on the GPU (`make test-gpu`): ranks forked from the warm fork server use CUDA (the server
 imports torch, and `LATER`'s inductor modules once idle, without making a CUDA context), a replacement forked after
-that compiles on the GPU; and heal moves a model and its optimizer between a CUDA rank and a CPU rank (gloo, one
+that compiles on the GPU; heal moves a model and its optimizer between a CUDA rank and a CPU rank (gloo, one
 GPU), both ways, onto the new rank's own device (the buffer through host memory: gloo cannot read a GPU's; the loader's
-random generator and Adam's step counters stay on the CPU).
+random generator and Adam's step counters stay on the CPU); and a resize keeps each staying rank on its device.
 
 Skipped where no CUDA GPU is visible. (Heal over nccl needs two GPUs: nccl refuses two ranks on one.)"""
 import os, signal, time
@@ -104,4 +104,33 @@ def test_heal_moves_model_and_optimizer_between_a_cuda_and_a_cpu_rank_both_ways(
             c.run(f'out = fit(model, loader, opt, epochs={2 + lost}, scheduler=sched)', timeout=300)   # trains on, together
             ends = [c.pull('(out["step"], out["losses"][-1])', rank=r) for r in (0, 1)]
             assert ends[0] == ends[1] and ends[0][0] > before['step'], ends
+    assert ours() == [], "the cluster left processes behind"
+
+
+def test_resize_keeps_each_rank_on_its_own_device(capsys):
+    "gloo on one GPU: rank 0 (cuda:0) leaves and rank 1 (CPU) becomes rank 0 on the CPU still; grown again, the new rank takes the free GPU, healed from the CPU rank"
+    assert ours() == [], "processes from an earlier test are still running"
+    with DDPCluster(n=2, backend='gloo') as c:
+        assert [r.device for r in c.ranks] == ['cuda:0', 'cpu'], c.ranks
+        c.run(SETUP, timeout=300)
+        before = c.run(_state)[1]
+        capsys.readouterr(); c.resize(drop=[0])
+        assert "rank 1 is now rank 0" in capsys.readouterr().out
+        assert [(r.device, r.local_rank) for r in c.ranks] == [('cpu', 1)], c.ranks   # its device, so its local rank, stays
+        s = c.run(_state)[0]
+        assert s == dict(before, rank=0, sampler=0), (s, before)   # the same state, on the CPU, under its new number
+        c.run('out = fit(model, loader, opt, epochs=2, scheduler=sched)', timeout=300)
+        mid = c.run(_state)[0]
+        assert mid['step'] > before['step'], mid
+        capsys.readouterr(); c.resize(2)
+        assert "rank 1 is new, healed from rank 0" in capsys.readouterr().out
+        assert [(r.device, r.local_rank) for r in c.ranks] == [('cpu', 1), ('cuda:0', 0)], c.ranks
+        s = c.run(_state)
+        assert s[0] == mid, (s[0], mid)
+        assert (s[1]['digest'], s[1]['step'], s[1]['lr']) == (mid['digest'], mid['step'], mid['lr']), (s[1], mid)
+        assert (s[1]['on'], s[1]['params'], s[1]['moments'], s[1]['rank'], s[1]['sampler']) == ('cuda:0', ['cuda:0'], ['cuda:0'], 1, 1), s[1]
+        c.run('out = fit(model, loader, opt, epochs=3, scheduler=sched)', timeout=300)   # trains on, together
+        ends = [c.pull('(out["step"], out["losses"][-1])', rank=r) for r in (0, 1)]
+        assert ends[0] == ends[1] and ends[0][0] > mid['step'], ends
+        assert c.check()
     assert ours() == [], "the cluster left processes behind"

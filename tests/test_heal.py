@@ -174,6 +174,9 @@ def test_resize_2_3_2_mid_epoch_each_sample_once_and_the_same_weights(k):
     MEASURED['resize 3 → 2 (s)'] = round(time.monotonic() - t0, 2)
     print(out)
     assert 'rank 1 left; rank 2 is now rank 1;' in out and 'DDP wrapped again on every rank: model' in out, out
+    # it keeps its local rank: on a GPU host that is its device, where its model and optimizer live
+    assert k.value("[(r.local_rank, r.local_world_size) for r in cl.ranks]") == [[0, 2], [2, 2]]
+    assert k.value("cl.pull('(local_rank, __import__(\"os\").environ[\"LOCAL_RANK\"])', rank=1)") == [2, '2']
     rest = phase(k, "fit(model, loader, opt, epochs=1, loss_fn=counted)")   # the 7 steps left of the epoch
     assert [len(s) for s in rest] == [7 * 32, 7 * 32]
     every = sorted(i for part in (seen, grown, rest) for s in part for i in s)

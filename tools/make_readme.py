@@ -63,8 +63,11 @@ def gpu(path=ROOT/'benchmarks'/'results.md') -> str:
     if not rows or m is None: return '(the GPU section is not in the results file yet: `python -m benchmarks.gpu` on a GPU)'
     title = sec.splitlines()[0]
     steps = ', '.join(f"{r[3].strip('*')} at {float(r[2]):.1f} ms" for r in rows)
-    return (f"On a GPU ({m.group(1)}, one rank on nccl) a DDP step in a ddp_nb rank takes what it takes in a torchrun worker, "
-            f"timed in turns at the same moments: ratio {steps} (a launch-bound step to a compute-bound one), "
+    again = sec.split('#### The smallest step, run again')[1].split('####')[0] if 'run again' in sec else ''
+    again = [r[4] for r in table_rows(again) if re.match(r'\d', r[4])]  # (its ratio column)
+    return (f"On a GPU ({m.group(1)}, one rank on nccl) a DDP step in a ddp_nb rank against one in a torchrun worker, "
+            f"timed in turns at the same moments: ratio {steps} (a launch-bound step to a compute-bound one"
+            + (f"; the smallest step in {len(again)} runs: {', '.join(again)}" if again else '') + "), "
             + ('bit-identical weights' if all(r[-1] == 'yes' for r in rows) else '**weights differ**')
             + f"; [{title.split(':')[0]}](benchmarks/results.md#{anchor(title)}) says why figures taken at different moments "
             "swing at the smallest step.")

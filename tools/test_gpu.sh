@@ -11,6 +11,7 @@
 #
 #   GPU_PYTHON=python3        the interpreter that has torch with CUDA
 #   GPU_PHASES="pytest bench notebooks"   the phases to run, in this order (also: explain, the profile of a small step)
+#   GPU_TESTS="tests/"        what the pytest phase runs, in this order (files or node ids)
 #   GPU_OUT=DIR               also copy build/gpu/* there at the end (e.g. a folder that is fetched back)
 #   GPU_WHEELS=.whl           where the wheels are
 #   GPU_BUILD=build/gpu       where the log and the summary go
@@ -123,7 +124,7 @@ phase() {  # phase NAME LIMIT_S CMD... : time-limited, and never past the whole 
 
 flags=cuda; [ "$GPUS" -ge 2 ] && flags="cuda multigpu"
 for p in $PHASES; do case $p in
-  pytest) phase "pytest -m gpu tests/" "${GPU_PYTEST_S:-420}" "$PY" -m pytest -m gpu tests/ -v -rA -p no:cacheprovider --timeout 240 \
+  pytest) phase "pytest -m gpu ${GPU_TESTS:-tests/}" "${GPU_PYTEST_S:-420}" "$PY" -m pytest -m gpu ${GPU_TESTS:-tests/} -v -rA -p no:cacheprovider --timeout 240 \
             --junitxml "$OUT/pytest.xml" ;;
   bench) phase "benchmark: ddp_nb vs torchrun on the GPU" 240 "$PY" -m benchmarks.gpu --windows 12 --out "$OUT/bench.md" ;;
   explain) phase "where the smallest step's time goes, each side" 180 "$PY" -m benchmarks.gpu --explain --out "$OUT/explain.md" \
@@ -140,6 +141,7 @@ for p in sorted(pathlib.Path('nbs').glob('*.ipynb')):
     else: print(p)
 EOF
 )
+    [ -z "$nbs" ] && { echo "=== notebooks: none to run with $GPUS GPU(s) (see the lines above)"; printf 'notebooks\tnone\t0\t0\t0\n' >> "$OUT/phases.tsv"; }
     for nb in $nbs; do phase "nbdev_test --flags '$flags' $nb" 150 nbdev_test --flags "$flags" --n_workers 1 --timing --path "$nb"; done ;;
   *) echo "unknown phase $p (GPU_PHASES: pytest bench notebooks explain)"; failed=1 ;;
 esac; done
