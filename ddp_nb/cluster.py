@@ -50,7 +50,7 @@ class DDPCluster:
                  hosts=None, # 'ssh'/'mpi': host names, or {host: engines}; 'slurm': the number of nodes
                  ifname:str|None=None, # across hosts: interface for gloo/nccl, MASTER_ADDR and controller; None: routed
                  env:dict|None=None, # environment for engines on other hosts (ssh, batch jobs), e.g. PYTHONPATH
-                 # controller heartbeat period: an engine registers within two beats; one silent for 10 s is gone
+                 # controller heartbeat period: an engine registers at its first beat; one silent for 10 s is gone
                  heartbeat_ms:int=100,
                  start_timeout:float=120, # seconds to wait for the engines to register
                  persistent:bool=False, # outlive this process (`ddp_nb list` finds it, `ddp_nb stop ID` ends it)

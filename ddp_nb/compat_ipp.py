@@ -17,7 +17,7 @@ __all__ = ['log', 'tested_versions', 'min_versions', 'OUTPUT_MSGS', 'CompatError
            'engine_launchers', 'launcher_process', 'launcher_output', 'stop_sync_thread', 'engine_state_file',
            'forget_magics', 'engine_registration_url', 'on_uncaught_error', 'plain_tracebacks', 'session_key',
            'bind_engine_kernel', 'supervised_result', 'controller_process', 'hub_answers', 'abandon_client',
-           'ask_to_exit', 'engine_exits', 'replace_nanny_start', 'adopt_process']
+           'ask_to_exit', 'engine_exits', 'replace_nanny_start', 'adopt_process', 'register_hearts_at_once']
 
 # %% ../nbs/00b_compat_ipp.ipynb #72e936ea
 tested_versions = dict(ipyparallel='9.2', IPython='9.18')  # major.minor the tests of this module ran against
@@ -430,6 +430,24 @@ def adopt_process(launcher, # an ipyparallel local process launcher that has not
     launcher.pid, launcher.process = pid, process
     launcher.notify_start(pid)
     launcher._start_waiting()
+
+# %% ../nbs/00b_compat_ipp.ipynb #07a78590
+def register_hearts_at_once():
+    "In the controller: register a new engine's heart at its first answer, not at the heart monitor's next beat"
+    # (ipyparallel 9.2's `HeartMonitor.beat` registers the hearts that answered the last ping, one period later). The
+    # monitor runs in a process the controller forks (multiprocessing's 'fork' start method); with another start
+    # method it imports the module afresh and waits for its beat, as before.
+    from ipyparallel.controller.heartmonitor import HeartMonitor
+    pong = HeartMonitor.handle_pong
+    if getattr(pong, 'at_once', False): return
+    if not (callable(getattr(HeartMonitor, 'handle_new_hearts', None)) and 'self.responses.add(' in _source(pong)):
+        raise missing('HeartMonitor.handle_pong (adding to responses) and handle_new_hearts')
+    def handle_pong(self, msg):
+        pong(self, msg)
+        new = self.responses - self.hearts
+        if new: self.handle_new_hearts(new)
+    handle_pong.at_once = True
+    HeartMonitor.handle_pong = handle_pong
 
 # %% ../nbs/00b_compat_ipp.ipynb #6f2e90b5
 check_versions()

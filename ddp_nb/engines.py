@@ -4,7 +4,7 @@
 
 # %% ../nbs/02a_engines.ipynb #b4962463
 from __future__ import annotations
-import logging, os, signal, sys, threading, time
+import concurrent.futures, logging, os, signal, sys, threading, time
 import psutil
 from .core import engine_count, engines_per_host, mpi_host_args, pick_backend, slurm_script
 from .host import local_cpus, local_gpus, local_ipv4, pid_alive, probe_host, route_source, _ssh_target
@@ -127,7 +127,7 @@ def ipp_cluster(n:int, # engines to start
                 cluster_id:str, # the cluster's id (`core.make_cluster_id`)
                 engines='local', # ipyparallel's engine launcher
                 hosts=None, per_host=None, env:dict|None=None, # for launchers on other hosts (see `remote_config`)
-                # controller heartbeat period: an engine registers within two beats; one silent for 10 s is gone
+                # controller heartbeat period: an engine registers at its first beat; one silent for 10 s is gone
                 heartbeat_ms:int=100,
                 start_timeout:float=120, # seconds for the engines to register
                 persistent:bool=False, # keep running after this process ends
@@ -179,7 +179,7 @@ def await_registration(rc, # a connected Client
     try:
         while not fut.done():
             if pb is not None: pb.update(min(n, len(rc.ids)) - pb.n)
-            time.sleep(0.05)
+            concurrent.futures.wait([fut], 0.05)  # (back at once when the last one registers)
         try: fut.result()
         except TimeoutError as e:
             if cluster is None: raise

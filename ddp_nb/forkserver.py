@@ -710,6 +710,7 @@ def launchers() -> dict:
     "The launcher classes, made on first use (ipyparallel's launcher module takes 0.3 s to import): name -> class"
     if _launchers: return _launchers
     from ipyparallel.cluster.launcher import LocalControllerLauncher, LocalEngineLauncher, LocalEngineSetLauncher
+    from traitlets import Float
 
     class ForkEngineLauncher(LocalEngineLauncher):
         "ipyparallel's local engine launcher, forking the engine from its cluster's fork server"
@@ -749,6 +750,9 @@ def launchers() -> dict:
     class ForkEngineSetLauncher(LocalEngineSetLauncher):
         "ipyparallel's local engine-set launcher whose engines are forked from the cluster's fork server"
         launcher_class = ForkEngineLauncher
+        # (ipyparallel waits 0.1 s between engines, to spread new Pythons' start and order their ids: a fork is
+        # cheap, and ranks are planned by engine id whatever order they register in)
+        delay = Float(0., config=True, help="seconds between forking each engine after the first")
         entrypoint_name = f'{__name__}.ForkEngineSetLauncher'  # what a cluster file names (ipyparallel imports it)
 
     for c in (ForkControllerLauncher, ForkEngineLauncher, ForkEngineSetLauncher):

@@ -263,9 +263,12 @@ def engine_main():
     ipp_engine_main()
 
 def controller_main():
-    "Run the ipyparallel controller, ending the cluster when its owner is gone"
+    "Run the ipyparallel controller, ending the cluster when its owner is gone, registering new engines at once"
     from ipyparallel.controller.app import main as ipp_controller_main
+    from ddp_nb.compat_ipp import CompatError, register_hearts_at_once
     start_owner_watch()
+    try: register_hearts_at_once()
+    except CompatError as e: print(f"ddp_nb: engines register at the heart monitor's beat: {e}", file=sys.stderr)
     ipp_controller_main()
 
 ENGINE_CMD = [sys.executable, '-c', 'from ddp_nb.processes import engine_main; engine_main()']
