@@ -6,7 +6,7 @@
 import argparse, time, traceback
 from pathlib import Path
 from benchmarks.common import machine, HERE
-from benchmarks import (startup, throughput, cells, iteration, monitor, memory, stopvote, gpu, compile_warm, collectives, timing,
+from benchmarks import (startup, throughput, cells, celltime, iteration, monitor, memory, stopvote, gpu, compile_warm, collectives, timing,
                         scale, growth, peers, heal)
 
 
@@ -27,6 +27,7 @@ def main(argv=None):
     t0 = time.time()
     runs = [lambda: throughput.run(1, 0.3, (3, 30)) if f else throughput.run(5, 3, (3, 30, 300)),
             lambda: cells.run(3, 1) if f else cells.run(30, 3),
+            lambda: celltime.run(3, (1,)) if f else celltime.run(30),
             lambda: iteration.run(1) if f else iteration.run(5),
             lambda: startup.run(1, 2, 3) if f else startup.run(5, 2, 30),
             lambda: monitor.run(1, 0.3) if f else monitor.run(5, 3),

@@ -122,8 +122,10 @@ def run(rounds=5, n=2, cells=30):
     return (f"### 4. Start-up: until the process group is formed and checked ({n} ranks)\n\n"
             f"{rounds} rotating rounds, medians.\n\n"
             + table(['side', 'median', 'ddp_nb / side', 'goal'], rows)
-            + "\n\nWhere `DDPCluster(n=2, fork_server=True).start()` spends its time (`cl.start_phases`, medians): the engines' own start (Python, "
-              "ipyparallel: *registration*) and their torch import (*engine facts* waits for it) are most of it.\n\n"
+            + "\n\nWhere `DDPCluster(n=2, fork_server=True).start()` spends its time (`cl.start_phases`, medians): *engines launched* "
+              "waits for the fork server, which imports torch and ipyparallel's engine once, then forks the engines; "
+              "*registration* is the forked engines' own start until the controller has them (at their first heartbeat); "
+              "the rest is the first calls: the engines' facts, the process group, the dashboard.\n\n"
             + phase_table(S['phases'])
             + "\n\nThe same with `fork_server=False` (each engine a new Python, its torch imported in the background):\n\n"
             + phase_table(S['popen_phases'])

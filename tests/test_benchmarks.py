@@ -15,6 +15,7 @@ def test_benchmarks_run(tmp_path, no_leftovers):
                     '9. A compiled model kept warm', '10. Naming collective desyncs', '11. Where the time goes',
                     '12. The collector and dashboard at scale', '13. Start-up cost growth', '14. Peers', '15. Heal a lost rank'):
         assert f'### {section}' in text, section
+    assert "#### Where a warm cell's time goes" in text.split('### 3.')[0], text + shown(r)   # (in section 2)
     assert 'failed' not in text.split('### 2.')[0], text + shown(r)   # ddp_nb and torchrun must both run
     assert '| yes |' in text, text + shown(r)   # bit-identical to torchrun, even in the short run
 

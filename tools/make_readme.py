@@ -1,8 +1,8 @@
 """Write README.md from nbs/index.ipynb (Quarto, which nbdev_readme needs, cannot be installed here).
 
 Markdown cells are copied, code cells become ```python blocks, `#| hide` cells are dropped, directives stripped.
-Four markers are filled from their sources: `<!-- generated: benchmarks -->` (the sections of benchmarks/results.md),
-`<!-- generated: peers -->` (the medians of its peers section as a short table), `<!-- generated: gpu -->` (its GPU section's ratios in a line) and `<!-- generated: layout -->` (one row per library notebook: its module and the summary under its title).
+Five markers are filled from their sources: `<!-- generated: benchmarks -->` (the sections of benchmarks/results.md),
+`<!-- generated: peers -->` (the medians of its peers section as a short table), `<!-- generated: gpu -->` (its GPU section's ratios in a line), `<!-- generated: timings -->` (where a start and a warm cell spend their time) and `<!-- generated: layout -->` (one row per library notebook: its module and the summary under its title).
 `python tools/make_readme.py --check` exits 1 when README.md is out of date."""
 import json, re, sys
 from pathlib import Path
@@ -73,6 +73,22 @@ def gpu(path=ROOT/'benchmarks'/'results.md') -> str:
             "swing at the smallest step.")
 
 
+def timings(path=ROOT/'benchmarks'/'results.md') -> str:
+    "Where a start (section 4's phases) and a warm cell (section 2's breakdown) spend their time, in a line each"
+    s4, s2 = section(path, 4) or '', section(path, 2) or ''
+    out = []
+    phases = {r[0]: r[1] for r in table_rows(s4.split('spends its time')[1].split('\n\n')[1])
+              if re.match(r'[\d.]+ s', r[1].strip('*'))} if 'spends its time' in s4 else {}
+    if phases:
+        out.append(f"- A start ({phases.get('**total**', '?').strip('*')} in [4. Start-up](benchmarks/results.md#"
+                   f"{anchor(s4.splitlines()[0])})): " + ', '.join(f"{k} {v}" for k, v in phases.items() if k != '**total**')
+                   + '. Most of it is the one import of torch, in the fork server the engines are forked from.')
+    m = re.search(r"Where a warm cell's time goes\n\n.*?\(one clock: the same host\)\. (.+?)\.\n", s2, re.S)
+    if m: out.append(f"- A warm `%%px` cell ([2. Warm cell](benchmarks/results.md#{anchor(s2.splitlines()[0])})): {m.group(1)}"
+                     "; that section says how much of it is ipyparallel's hops to the ranks and back.")
+    return '\n'.join(out) or '(the start-up and warm-cell breakdowns are not in the results file yet: `python -m benchmarks`)'
+
+
 def layout(nbs=ROOT/'nbs') -> str:
     "A table of the library's notebooks: notebook, module, and the summary line under the notebook's title"
     rows = ['| notebook | module | what it holds |', '|---|---|---|']
@@ -84,7 +100,7 @@ def layout(nbs=ROOT/'nbs') -> str:
         rows.append(f"| [{p.stem}](nbs/{p.name}) | `ddp_nb.{mod}` | {summary} |")
     return '\n'.join(rows)
 
-GENERATED = {'<!-- generated: benchmarks -->': benchmarks, '<!-- generated: peers -->': peers, '<!-- generated: gpu -->': gpu, '<!-- generated: layout -->': layout}
+GENERATED = {'<!-- generated: benchmarks -->': benchmarks, '<!-- generated: peers -->': peers, '<!-- generated: gpu -->': gpu, '<!-- generated: timings -->': timings, '<!-- generated: layout -->': layout}
 
 def render(nb_path=ROOT/'nbs'/'index.ipynb') -> str:
     "README text for the notebook at `nb_path`"

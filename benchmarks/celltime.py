@@ -1,0 +1,83 @@
+"""Where a warm `%%px` cell's time goes, 1 and 2 ranks: the kernel's own round trip, ddp_nb's `%%px` layer, and
+ipyparallel's hops to the ranks and back, read from ipyparallel's own timestamps.
+
+    python -m benchmarks.celltime [--cells 30]"""
+import argparse, json
+from benchmarks.common import med, table, ROOT
+from ddp_nb.kernel import Kernel
+
+CODE = "t = torch.ones(1); dist.all_reduce(t)"
+# run in the kernel, after the cluster started: each hop's median over `n` cells, in ms
+PROBE = r'''
+import json, time, statistics as _st
+from dateutil.parser import isoparse as _iso
+def _d(x): return _iso(x) if isinstance(x, str) else x
+def _hops(n):
+    sent, run, back, total = [], [], [], []
+    for _ in range(n):
+        t = time.perf_counter(); ar = cl._view.execute(CODE, silent=False, block=False); ar.get(); ar.wait_for_output()
+        total.append(time.perf_counter() - t)
+        mds = ar._metadata if isinstance(ar._metadata, list) else [ar._metadata]
+        md = [{k: _d(m[k]) for k in ('submitted', 'started', 'completed', 'received')} for m in mds]
+        sent.append(max((m['started'] - m['submitted']).total_seconds() for m in md))
+        run.append(max((m['completed'] - m['started']).total_seconds() for m in md))
+        back.append(max((m['received'] - m['completed']).total_seconds() for m in md))
+    sh = get_ipython(); t = time.perf_counter()
+    for _ in range(n): sh.run_cell_magic('px', '', CODE)
+    px = (time.perf_counter() - t) / n
+    def _cell(code, n):
+        import time, IPython
+        sh = IPython.get_ipython(); t = time.perf_counter()
+        for _ in range(n): sh.run_cell(code, store_history=False, silent=False)
+        return (time.perf_counter() - t) / n
+    cell = max(cl._view.apply_sync(_cell, CODE, n))   # (on every rank at once: the cell is a collective)
+    return {k: round(1e3 * v, 2) for k, v in dict(sent=_st.median(sent), run=_st.median(run), back=_st.median(back),
+                                                   view=_st.median(total), px=px, cell=cell).items()}
+'''
+
+
+def _measure(n_ranks: int, cells: int) -> dict:
+    "One kernel with its own cluster of `n_ranks`: request → idle of a `pass` cell and of the `%%px` cell, and the hops"
+    k = Kernel(cwd=str(ROOT))
+    def ok(code):
+        took, out, err, _ = k.run(code, 300)
+        if err: raise RuntimeError(err)
+        return took, out
+    try:
+        ok(f"from ddp_nb import DDPCluster\ncl = DDPCluster(n={n_ranks}).start()\nCODE = {CODE!r}")
+        ok("%%px\n" + CODE)
+        ok(PROBE)
+        ok("_hops(3)")   # warm
+        passes = [ok("pass")[0] for _ in range(cells)]
+        pxs = [ok("%%px\n" + CODE)[0] for _ in range(cells)]
+        h = json.loads(ok("print(json.dumps(_hops(%d)))" % cells)[1].strip().splitlines()[-1])
+        ok("cl.stop()")
+    finally: k.close()
+    return dict(h, kernel=1e3 * med(passes), cell_px=1e3 * med(pxs))
+
+
+def run(cells: int = 30, sizes=(1, 2)) -> str:
+    "Section 2's breakdown, as markdown"
+    m = {n: _measure(n, cells) for n in sizes}
+    def row(label, key, note=''):
+        return [label] + [f"{m[n][key]:.1f} ms" for n in sizes] + [note]
+    rows = [row('a `%%px` cell, request → idle (as in the table above)', 'cell_px'),
+            row('a `pass` cell in the same kernel: Jupyter\'s own round trip', 'kernel', 'every side of section 14 pays it'),
+            row('the `%%px` call inside the kernel', 'px', "ddp_nb's magic, supervision and output over ipyparallel's execute"),
+            row('of it, ipyparallel\'s execute and output, sent → answer received', 'view', ''),
+            row('sent → a rank starts it (kernel → controller → engine)', 'sent', 'the slowest rank'),
+            row('the rank runs it (ipykernel\'s execute request)', 'run', ''),
+            row('of which IPython runs the cell itself (`run_cell`, with ddp_nb\'s hooks)', 'cell', ''),
+            row('answer → received by the kernel (engine → controller → kernel)', 'back', '')]
+    over = {n: m[n]['cell_px'] - m[n]['kernel'] for n in sizes}
+    return ("#### Where a warm cell's time goes\n\n"
+            f"One kernel and cluster per size, {cells} cells each, medians; the hops from ipyparallel's own timestamps "
+            "(one clock: the same host). "
+            + ', '.join(f"{n} rank{'s' if n > 1 else ''}: {over[n]:.1f} ms per cell over the kernel's own round trip"
+                        for n in sizes) + ".\n\n"
+            + table(['', *[f"{n} rank{'s' if n > 1 else ''}" for n in sizes], ''], rows))
+
+
+if __name__ == '__main__':
+    ap = argparse.ArgumentParser(); ap.add_argument('--cells', type=int, default=30); a = ap.parse_args()
+    print(run(a.cells))
