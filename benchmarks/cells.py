@@ -3,7 +3,7 @@ ddp_nb cluster vs raw ipyparallel %%px (bare cluster + hand-written init) vs nbd
 
     python -m benchmarks.cells [--cells 30]"""
 import argparse
-from benchmarks.common import med, table, ROOT
+from benchmarks.common import cell, med, table, ROOT
 from ddp_nb.kernel import Kernel
 
 CELL = "t = torch.ones(1); dist.all_reduce(t)"
@@ -21,13 +21,6 @@ SIDES = {
 }
 
 
-def _exec(k: Kernel, code: str, timeout: float = 300) -> float:
-    "Seconds from execute request to the kernel's idle status for it; raises on an error in the cell"
-    took, _, err, _ = k.run(code, timeout)
-    if err: raise RuntimeError(err)
-    return took
-
-
 def run(cells: int = 30, rounds: int = 3) -> str:
     "The warm-cell section, as markdown"
     import importlib.util
@@ -37,17 +30,17 @@ def run(cells: int = 30, rounds: int = 3) -> str:
             notes[name] = f"not installed (`pip install {s['needs']}`)"; continue
         kernels[name] = k = Kernel(cwd=str(ROOT))   # as a user's kernel: %%px output streams
         try:
-            for code in s['setup']: _exec(k, code)
-            _exec(k, s['cell'])
+            for code in s['setup']: cell(k, code)
+            cell(k, s['cell'])
         except Exception as e:
             notes[name] = f"failed: {str(e)[:120]}"
     try:
         for r in range(rounds):
             for name in [n for n in SIDES if n in kernels and n not in notes]:
-                for _ in range(max(1, cells // rounds)): times[name].append(_exec(kernels[name], SIDES[name]['cell']))
+                for _ in range(max(1, cells // rounds)): times[name].append(cell(kernels[name], SIDES[name]['cell'])[0])
     finally:
         for name, k in kernels.items():
-            try: _exec(k, SIDES[name]['teardown'], timeout=60)
+            try: cell(k, SIDES[name]['teardown'], timeout=60)
             except Exception: pass
             k.close()
     raw = med(times['raw ipyparallel `%%px`'])

@@ -3,7 +3,7 @@ ipyparallel's hops to the ranks and back, read from ipyparallel's own timestamps
 
     python -m benchmarks.celltime [--cells 30]"""
 import argparse, json
-from benchmarks.common import med, table, ROOT
+from benchmarks.common import cell, med, table, ROOT
 from ddp_nb.kernel import Kernel
 
 CODE = "t = torch.ones(1); dist.all_reduce(t)"
@@ -39,19 +39,15 @@ def _hops(n):
 def _measure(n_ranks: int, cells: int) -> dict:
     "One kernel with its own cluster of `n_ranks`: request → idle of a `pass` cell and of the `%%px` cell, and the hops"
     k = Kernel(cwd=str(ROOT))
-    def ok(code):
-        took, out, err, _ = k.run(code, 300)
-        if err: raise RuntimeError(err)
-        return took, out
     try:
-        ok(f"from ddp_nb import DDPCluster\ncl = DDPCluster(n={n_ranks}).start()\nCODE = {CODE!r}")
-        ok("%%px\n" + CODE)
-        ok(PROBE)
-        ok("_hops(3)")   # warm
-        passes = [ok("pass")[0] for _ in range(cells)]
-        pxs = [ok("%%px\n" + CODE)[0] for _ in range(cells)]
-        h = json.loads(ok("print(json.dumps(_hops(%d)))" % cells)[1].strip().splitlines()[-1])
-        ok("cl.stop()")
+        cell(k, f"from ddp_nb import DDPCluster\ncl = DDPCluster(n={n_ranks}).start()\nCODE = {CODE!r}")
+        cell(k, "%%px\n" + CODE)
+        cell(k, PROBE)
+        cell(k, "_hops(3)")   # warm
+        passes = [cell(k, "pass")[0] for _ in range(cells)]
+        pxs = [cell(k, "%%px\n" + CODE)[0] for _ in range(cells)]
+        h = json.loads(cell(k, "print(json.dumps(_hops(%d)))" % cells)[1].strip().splitlines()[-1])
+        cell(k, "cl.stop()")
     finally: k.close()
     return dict(h, kernel=1e3 * med(passes), cell_px=1e3 * med(pxs))
 

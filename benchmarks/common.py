@@ -1,4 +1,4 @@
-"Shared helpers of the benchmarks: machine description, medians, markdown tables"
+"Shared helpers of the benchmarks: machine description, medians, markdown tables, a timed cell in a real kernel"
 import os, platform, statistics, sys
 from pathlib import Path
 
@@ -28,3 +28,11 @@ def table(head: list, rows: list) -> str:
 def torchrun_cmd(nproc: int, module: str, *args) -> list:
     "torchrun (as `python -m torch.distributed.run`) running `python -m module args` in each worker"
     return [sys.executable, '-m', 'torch.distributed.run', '--standalone', f'--nproc_per_node={nproc}', '-m', module, *map(str, args)]
+
+
+def cell(k, code: str, timeout: float = 300) -> tuple:  # k: a `ddp_nb.kernel.Kernel`
+    "Run a cell: (seconds from execute request to idle, its text output); raises with the error of a failed cell"
+    dt, out, err, _ = k.run(code, timeout)
+    if err is None and ('Traceback' in out or '❌' in out): err = out[-300:]  # magics that print their failure
+    if err: raise RuntimeError(err.strip().splitlines()[-1][:300])
+    return dt, out

@@ -14,7 +14,7 @@ saying why.
     BENCH_PEERS_PYTHON=/work/peers-venv/bin/python python -m benchmarks.peers [--rounds 3] [--fast]"""
 import argparse, json, os, shutil, signal, subprocess, sys, tempfile, textwrap, time
 from pathlib import Path
-from benchmarks.common import med, table, ROOT
+from benchmarks.common import cell, med, table, ROOT
 from ddp_nb.kernel import Kernel
 
 PEERS_PY = os.environ.get('BENCH_PEERS_PYTHON') or sys.executable
@@ -116,14 +116,6 @@ def peer_kernel(py: str, jd: bool, registry: str) -> Kernel:
     return Kernel(cwd=str(ROOT), python=py, module='jupyter_distributed.kernel', interrupt_mode='message', timeout=300,
                   env=dict(JUPYTER_DISTRIBUTED_BASE_KERNEL='python3', JUPYTER_DISTRIBUTED_WORLD_SIZE='2',
                            JUPYTER_DISTRIBUTED_REGISTRY_FILE=registry, JUPYTER_DISTRIBUTED_CWD=str(ROOT)))
-
-
-def cell(k: Kernel, code: str, timeout: float = 300) -> tuple:
-    "Run a cell: (seconds from execute request to idle, its text output); raises with the error of a failed cell"
-    dt, out, err, _ = k.run(code, timeout)
-    if err is None and ('Traceback' in out or '❌' in out): err = out[-300:]  # magics that print their failure
-    if err: raise RuntimeError(err.strip().splitlines()[-1][:300])
-    return dt, out
 
 
 def probe(py: str) -> dict:

@@ -444,8 +444,8 @@ def register_hearts_at_once():
         raise missing('HeartMonitor.handle_pong (adding to responses) and handle_new_hearts')
     def handle_pong(self, msg):
         pong(self, msg)
-        new = self.responses - self.hearts
-        if new: self.handle_new_hearts(new)
+        h = msg[0]  # (this heart only: a pong per engine per beat must not cost a pass over every engine)
+        if h in self.responses and h not in self.hearts: self.handle_new_hearts({h})
     handle_pong.at_once = True
     HeartMonitor.handle_pong = handle_pong
 

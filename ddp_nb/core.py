@@ -148,7 +148,7 @@ def _local_ranks(ids:list, # one host's engines, by rank
                 ) -> dict: # engine id -> local rank
     "Local ranks on one host: kept ones stay (a live rank's device is its local rank), the others take the lowest free"
     mine = {i: kept[i] for i in ids if i in kept}
-    free = (l for l in range(len(ids) + len(mine)) if l not in mine.values())
+    free = (l for l in range(len(ids)) if l not in mine.values())  # (enough: the kept take at most len(mine))
     return {i: mine[i] if i in mine else next(free) for i in ids}
 
 # %% ../nbs/00_core.ipynb #c4cbb503

@@ -176,12 +176,14 @@ def await_registration(rc, # a connected Client
     if bar and _in_ipython() and not noninteractive():
         from tqdm.auto import tqdm
         pb = tqdm(total=n, desc='Engines registered', bar_format='{desc}: {n}/{total} {bar} {elapsed}', leave=False)
+    # (ipyparallel's own timeout ends `fut`; this deadline holds should its IO loop not)
+    deadline = time.monotonic() + timeout + 5
     try:
-        while not fut.done():
+        while not fut.done() and time.monotonic() < deadline:
             if pb is not None: pb.update(min(n, len(rc.ids)) - pb.n)
             concurrent.futures.wait([fut], 0.05)  # (back at once when the last one registers)
-        try: fut.result()
-        except TimeoutError as e:
+        try: fut.result(0)
+        except (TimeoutError, concurrent.futures.TimeoutError) as e:  # (two classes before Python 3.11)
             if cluster is None: raise
             raise RuntimeError(unregistered(cluster, rc, n, timeout)) from e
         # all registered: a full bar (a closed bar short of its total stays, red)
