@@ -169,6 +169,7 @@ def side_round(name: str, s: dict, py: str, T: dict, cells: int, iters: int, scr
         start = time.perf_counter() - t0 if jd else 0.   # its start is a kernel (re)start with 2 rank kernels
         for c in s['start']: start += cell(k, c)[0]
         T['start'].append(start)
+        started = time.perf_counter()
         cell(k, s['warm'])   # one untimed: warm means after a first cell
         T['warm'] += [cell(k, s['warm'])[0] for _ in range(cells)]
         if s.get('state'): cell(k, s['state']); cell(k, s['iterate'].format(lr=0.05))   # built once and run once, as in a notebook
@@ -178,6 +179,7 @@ def side_round(name: str, s: dict, py: str, T: dict, cells: int, iters: int, scr
             T['script'] += [cell(k, s['script'].format(path=path))[0] for _ in range(scripts)]
         if s.get('replace'):
             pids = json.loads(cell(k, f"import json; print('@@' + json.dumps({s['pids']}))")[1].rsplit('@@', 1)[1])
+            T['kill_after'].append(time.perf_counter() - started)   # (what a replace takes depends on it: see `run`'s text)
             _kill(pids[1])
             T['replace'].append(cell(k, s['replace'])[0] + cell(k, s['warm'])[0])   # until it serves cells again
         if s.get('stop'): cell(k, s['stop'], timeout=120)
@@ -230,7 +232,7 @@ def run(rounds: int = 3, cells: int = 10, iters: int = 3, scripts: int = 3, peer
             notes[name] = f"skipped: torch {theirs.get('torch')} on `{py}`, not {ours.get('torch')} as ddp_nb's"
         elif not _picked(name, sides): notes[name] = "not selected (`--sides`)"
         else: active[name] = (sys.executable if s['py'] == 'ddp_nb' else py)
-    T = {n: {m: [] for m in METRICS} for n in list(SIDES) + ['torchrun']}
+    T = {n: {m: [] for m in METRICS + ['kill_after']} for n in list(SIDES) + ['torchrun']}
     d = tempfile.mkdtemp(prefix='ddp_nb-peers-script-')
     path = os.path.join(d, 'train.py'); Path(path).write_text(SCRIPT)
     order = list(active) + (['torchrun'] if _picked('torchrun', sides) else [])
@@ -270,9 +272,12 @@ def run(rounds: int = 3, cells: int = 10, iters: int = 3, scripts: int = 3, peer
             "`init_process_group`; Monarch: `spawn_procs(per_host={'gpus': 2})`, `setup_torch_elastic_env`, an actor whose "
             "endpoint forms the group). Warm cell: one all_reduce on every rank, after a first one. Iteration: new lr + 10 "
             "steps of a small DDP MLP kept on the ranks (built and run once before). Replace: kill -9 rank 1, then until a warm cell is served again "
-            "(ddp_nb's depends on when the kill lands: once idle 3 s, its fork server imports torch.compile's modules, about 1.5 s "
-            "on these 2 cores, and a replacement asked for meanwhile waits for them; one asked for earlier imports torch._dynamo "
-            "itself at its first DDP wrap, about 1 s; one asked for later takes section 4's time). Script: the same "
+            + (f"(here the kill lands {_fmt(T['ddp_nb']['kill_after'])} after the start returned. " if T['ddp_nb']['kill_after'] else "(")
+            + "A replacement of ddp_nb's "
+            "includes the heal, which wraps DDP again, and DDP's constructor imports torch._dynamo: a rank forked after "
+            "its fork server's warm copy has imported torch.compile's modules (it starts once the server has been idle 1 s, "
+            "about 1.5 s on these 2 cores) has them; one forked before, by the server at once, imports torch._dynamo itself, "
+            "about 1 s more). Script: the same "
             "unchanged torchrun script again (ddp_nb: `cl.run_script`; Monarch: `SPMDActor.main` on a live mesh). "
             "'ddp_nb, kernel restarted': the kernel before it ran a cluster with `keep_warm`, whose idle fork server left "
             "a standby (torch imported); the start forks its fork server and controller from it. "

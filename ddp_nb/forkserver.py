@@ -18,8 +18,9 @@ __all__ = ['log', 'FORK_SERVER_ENV', 'MAX_MSG', 'IMPORT_ENV', 'SERVE_CMD', 'TITL
            'ROOM_ENV', 'ENV_ROOM', 'CLUSTER_ENV', 'TO_SERVER', 'HELLO', 'TO_KERNEL', 'LATER', 'IDLE_BEFORE_LATER',
            'forked_with', 'ForkServerError', 'use_fork_server', 'import_env', 'standby_seconds', 'standby_key',
            'standby_path', 'encode', 'decode', 'check_env', 'command_of', 'check_spawn', 'set_cmdline', 'reseed',
-           'prefork_nanny', 'peer_uid', 'serve', 'set_environ', 'adopt_env', 'standbys', 'stop_standbys', 'ForkServer',
-           'from_standby', 'start_fork_server', 'fork_server', 'stop_fork_server', 'ForkedProcess', 'launchers']
+           'prefork_nanny', 'peer_uid', 'serve', 'subreaper', 'set_environ', 'adopt_env', 'standbys', 'stop_standbys',
+           'ForkServer', 'from_standby', 'start_fork_server', 'fork_server', 'stop_fork_server', 'ForkedProcess',
+           'launchers']
 
 # %% ../nbs/02a1_forkserver.ipynb #79159476
 FORK_SERVER_ENV = 'DDP_NB_FORK_SERVER'  # '0': local engines start as before, each a new `python -c` (no fork server)
@@ -229,14 +230,14 @@ def _warm():
     assert not torch.cuda.is_initialized(), "the fork server must never touch CUDA"
 
 # what `torch.compile` imports first (inductor, dynamo: ~800 modules, 1.5 s on 2 cores), and the controller's app:
-# imported once the server is idle, so later engines (replacements of a compiled model's ranks) start with them, and a
-# standby's server forks the next cluster's controller at once
+# imported once the server is idle, in a copy of it (`_WarmCopy`), so later engines (replacements, new ranks) start
+# with them, and a standby's server forks the next cluster's controller at once
 LATER = ('torch._inductor.standalone_compile', 'ipyparallel.controller.app')
-IDLE_BEFORE_LATER = 3.0  # seconds without a request first: the first engines' own start is not slowed by it
+IDLE_BEFORE_LATER = 1.0  # seconds without a request first: the start's own work (registration, the group) goes first
 forked_with = ()  # in an engine the server forked: the modules of `LATER` it had already imported
 
 def _warm_later() -> list:
-    "`LATER`'s modules, imported in the idle server (one thread: no fork can land inside an import); those imported"
+    "`LATER`'s modules, imported in the warm copy (one thread: no fork can land inside an import); those imported"
     import importlib, threading, torch
     done = []
     for m in LATER:
@@ -293,13 +294,13 @@ def _send(ch, **msg):
     except OSError: pass  # the kernel is gone: the loop sees EOF next
 
 def _reap(ch, kids:set):
-    "Collect every ended child and tell the kernel its exit status (negative: the signal that ended it)"
-    while kids:
+    "Collect every ended child, and tell the kernel the exit status of each engine among them (negative: the signal)"
+    # (not of the warm copy, nor of a process orphaned to this server: a nanny whose engine died)
+    while True:
         try: pid, st = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError: return
         if pid == 0: return
-        kids.discard(pid)
-        _send(ch, op='exit', pid=pid, code=os.waitstatus_to_exitcode(st))
+        if pid in kids: kids.discard(pid); _send(ch, op='exit', pid=pid, code=os.waitstatus_to_exitcode(st))
 
 def _end_kids(kids:set, grace:float=2., # seconds after SIGTERM, and after SIGKILL
               wait:float=0., # seconds they get to end by themselves first (their owner watch ends the cluster)
@@ -316,8 +317,10 @@ def _end_kids(kids:set, grace:float=2., # seconds after SIGTERM, and after SIGKI
             if pid: kids.discard(pid)
             else: time.sleep(0.02)
 
-def _handle(ch, raw:bytes, kids:set, close:list) -> bool: # False: stop (the kernel asked)
-    "Carry out one request: fork the engine and answer its pid, or refuse it and say why"
+def _handle(ch, raw:bytes, kids:set, close:list,
+            copy:socket.socket|None=None, # the ready warm copy's channel: it forks the engine instead
+           ) -> bool: # False: stop (the kernel asked)
+    "Carry out one request: fork the engine and answer its pid (or pass it to the warm copy), or refuse it and say why"
     try:
         req = decode(raw, TO_SERVER)
         if req['op'] == 'stop': return False
@@ -328,6 +331,9 @@ def _handle(ch, raw:bytes, kids:set, close:list) -> bool: # False: stop (the ker
         except Exception: pass
         _send(ch, op='refused', id=rid if isinstance(rid, int) and not isinstance(rid, bool) else -1, why=str(e)[:500])
         return True
+    if copy is not None:
+        try: copy.send(raw); return True  # (it checks it again, forks, and answers through this server)
+        except OSError: pass  # it has just ended: forked here
     sys.stdout.flush(); sys.stderr.flush()
     pid = os.fork()
     if pid == 0: _child(req, close)  # never returns
@@ -353,37 +359,117 @@ def serve(fd:int, # the server's end of the channel (a SOCK_SEQPACKET socket its
         raise
     _serve(ch)
 
-def _serve(ch:socket.socket, # the channel to the kernel
-           later:bool=False, # `LATER` is imported already (a server its standby forked)
+def _serve(ch:socket.socket, # the channel to the kernel (a warm copy's: to its server)
+           later:bool=False, # `LATER` is imported already (a standby's server, or a warm copy)
+           server:int|None=None, # a warm copy's server: if that one dies, the engines are left running, as its own are
           ):
-    "Fork an engine per request on `ch`; report how each exits; once idle, import `LATER` and leave a standby"
+    "Fork an engine per request on `ch` and report how each exits; once idle, a warm copy imports `LATER` and forks the next"
     wake_r, wake_w = os.pipe()
     for f in (wake_r, wake_w): os.set_blocking(f, False)
     signal.set_wakeup_fd(wake_w)
     done = []
     signal.signal(signal.SIGCHLD, lambda *a: None)  # (wakes the select through the pipe)
     signal.signal(signal.SIGTERM, lambda *a: done.append(1))
-    kids, close, asked = set(), [ch.fileno(), wake_r, wake_w], False
+    kids, close, asked, orphaned, copy = set(), [ch.fileno(), wake_r, wake_w], False, False, None
     _send(ch, op='ready', pid=os.getpid())
     if later: _send(ch, op='later', modules=[m for m in LATER if m in sys.modules])
     try:
         while not done:
-            r, _, _ = select.select([ch, wake_r], [], [], 5. if later else IDLE_BEFORE_LATER)
-            if not r and not later:
-                _send(ch, op='later', modules=_warm_later()); later = True
-                # (idle and warm: a copy of this server waits for the next kernel's cluster, if asked)
-                if standby_seconds(): _leave_standby(close)
+            r, _, _ = select.select([ch, wake_r] + ([copy.sock] if copy else []), [], [],
+                                    5. if later or copy else IDLE_BEFORE_LATER)
+            if not r and not later and not copy: copy = _WarmCopy(close)  # (this server forks on meanwhile)
             if wake_r in r:
                 try: os.read(wake_r, 4096)
                 except BlockingIOError: pass
+            if copy and copy.sock in r and not copy.relay(ch, kids):  # it ended: this server forks again
+                if not copy.warm: _send(ch, op='later', modules=[])  # (it failed before: nothing imported ahead)
+                copy.close(close); later, copy = True, None
             _reap(ch, kids)
             if ch in r:
                 raw = ch.recv(MAX_MSG + 1)
-                if not raw: break  # the kernel died (or closed the channel): its engines' owner watch ends the cluster
-                if not _handle(ch, raw, kids, close): asked = True; break
+                if not raw:  # the kernel died (or closed the channel): its engines' owner watch ends the cluster
+                    orphaned = server is not None and os.getppid() != server; break
+                if not _handle(ch, raw, kids, close, copy.sock if copy and copy.ready else None): asked = True; break
     finally:
         # asked (cl.stop()): the engines are stopped, end what is left now; else give the owner watches their time
-        _end_kids(kids, 0.5 if asked or done else 2., 0. if asked or done else 10.)
+        quick = asked or bool(done)
+        if copy: copy.stop(quick)
+        if not orphaned: _end_kids(kids, 0.5 if quick else 2., 0. if quick else 10.)
+        if copy: copy.wait(2. if quick else 15.)
+
+def subreaper() -> bool: # False where it could not (not Linux)
+    "Make this process the one its descendants are handed to when their parent ends (Linux's child subreaper)"
+    try:
+        import ctypes
+        return ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError): return False
+
+class _WarmCopy:
+    "A copy of the idle server that imports `LATER` while the server forks on; once ready, it forks the engines asked for"
+    # (its answers and its engines' exits pass through the server; if it ends first, its engines become the server's)
+    def __init__(self, close:list, # the server's descriptors: the copy closes them; the server's later forks close its channel
+                ):
+        subreaper()  # (its engines are handed to the server if it ends before them: their exits are still reported)
+        self.sock, its = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.ready, self.warm, self.engines = False, False, set()  # it serves; it has imported `LATER`; its engines
+        sys.stdout.flush(); sys.stderr.flush()
+        self.pid = os.fork()
+        if self.pid == 0: _warm_copy(its, close + [self.sock.fileno()])  # never returns
+        its.close()
+        close.append(self.sock.fileno())
+
+    def relay(self, ch, kids:set) -> bool: # False: it has ended
+        "Pass what the copy says to the kernel: its engines forked and ended, and when it has imported `LATER`"
+        raw = self.sock.recv(MAX_MSG + 1)
+        if not raw: kids |= self.engines; return False  # (they are this server's children now)
+        try: msg = decode(raw, TO_KERNEL)
+        except (ValueError, UnicodeDecodeError): return True
+        if msg['op'] == 'ready': self.ready = True
+        elif msg['op'] == 'later': self.warm = True; _send(ch, **msg)
+        elif msg['op'] == 'failed': log.info("fork server: its warm copy failed: %s", msg['why'])
+        else:
+            if msg['op'] == 'spawned': self.engines.add(msg['pid'])
+            if msg['op'] == 'exit': self.engines.discard(msg['pid'])
+            _send(ch, **msg)
+        return True
+
+    def close(self, close:list):
+        "Forget the ended copy's channel"
+        close.remove(self.sock.fileno()); self.sock.close()
+
+    def stop(self, quick:bool, # the kernel asked: it ends its engines now (else it gives their owner watches time)
+            ):
+        "Tell the copy the server is ending"
+        if quick: _send(self.sock, op='stop')
+        self.sock.close()
+
+    def wait(self, timeout:float):
+        "Wait `timeout` s for the copy to end, then kill it"
+        deadline = time.monotonic() + timeout
+        try:
+            while os.waitpid(self.pid, os.WNOHANG)[0] == 0:
+                if time.monotonic() > deadline: os.kill(self.pid, signal.SIGKILL); os.waitpid(self.pid, 0); return
+                time.sleep(0.02)
+        except (ChildProcessError, ProcessLookupError): pass  # (reaped already)
+
+def _warm_copy(ch:socket.socket, # its channel to the server
+               close:list, # the server's descriptors
+              ):
+    "In the warm copy: import `LATER`, leave a standby if asked, then fork the engines the server passes on"
+    code = 0
+    try:
+        server = os.getppid()
+        _forked(close)
+        set_cmdline([sys.executable, '-c', 'ddp_nb fork server', f"--cluster-id={os.environ.get('IPP_CLUSTER_ID', '')}",
+                     '--warm-copy'])
+        _warm_later()
+        # (idle and warm: a copy of this one waits for the next kernel's cluster, if asked)
+        if standby_seconds(): _leave_standby([ch.fileno()])
+        _serve(ch, later=True, server=server)
+    except BaseException:
+        code = 1; traceback.print_exc()
+    finally: os._exit(code)
+
 
 # %% ../nbs/02a1_forkserver.ipynb #1c38f62b
 def set_environ(env:dict, # what other processes should see as this process's environment, in this order
@@ -562,6 +648,7 @@ def _read(self:ForkServer):
                 if msg['op'] == 'ready': self.pid = self.pid or msg['pid']; self.ready.set()
                 elif msg['op'] == 'failed': self.failure = msg['why']
                 elif msg['op'] == 'exit': self._exits[msg['pid']] = msg['code']
+                elif msg['op'] == 'spawned': self._exits.pop(msg['pid'], None); self._answers[msg['id']] = msg  # (a pid reused)
                 elif msg['op'] == 'later': self.later = [m for m in msg['modules'] if isinstance(m, str)]
                 else: self._answers[msg['id']] = msg
                 self._cv.notify_all()

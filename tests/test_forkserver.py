@@ -1,7 +1,9 @@
 """The fork server (ddp_nb.forkserver) with real engines: engines are its children, their exit statuses reach the kernel,
 a forged request is refused, a killed server falls back to starting engines as before, random state is not shared, and
-start/stop leaves no process, thread or file descriptor behind."""
-import json, os, signal, threading, time
+start/stop leaves no process, thread or file descriptor behind. Its warm copy (imports `LATER` while the server forks on,
+then forks the next engines) with stand-in engines: requests are never held up by the import, exits are reported
+whoever forked the engine, even after the copy is killed."""
+import json, os, signal, socket, subprocess, sys, threading, time
 import psutil, pytest
 from conftest import ours
 from ddp_nb import DDPCluster
@@ -24,6 +26,16 @@ def wait_until(cond, limit=30., what='condition'):
 
 
 def parent(pid): return psutil.Process(pid).ppid()
+
+
+def warm_copies(pid):
+    "The warm copies among the children of fork server `pid`"
+    return [c for c in psutil.Process(pid).children() if '--warm-copy' in c.cmdline()]
+
+
+def forkers(srv):
+    "The fork server's pid and its warm copy's (if it has one now): an engine's parent is one of them"
+    return {srv.proc.pid, *(c.pid for c in warm_copies(srv.proc.pid))}
 
 
 @pytest.fixture(scope='module')
@@ -91,7 +103,8 @@ def test_forged_messages_are_refused(cl, tmp_path):
     assert forged(srv, b' ' * (MAX_MSG + 1), -1)['op'] == 'refused'  # too long
     time.sleep(0.3)
     assert not marker.exists() and srv.proc.poll() is None, "nothing ran, and the server still serves"
-    assert len(psutil.Process(srv.proc.pid).children()) == 2
+    engines = [c for c in psutil.Process(srv.proc.pid).children(recursive=True) if 'engine_main' in ' '.join(c.cmdline())]
+    assert len(engines) == 2, engines
 
 
 def test_exit_status_reported_and_restart_forks(cl):
@@ -102,7 +115,7 @@ def test_exit_status_reported_and_restart_forks(cl):
     assert cl._death(1, pid).startswith('killed by SIGKILL')
     cl.restart()
     new = cl.run(os.getpid, ranks=1)[0]
-    assert new != pid and parent(new) == srv.proc.pid
+    assert new != pid and parent(new) in forkers(srv)
     assert cl.run('t = torch.ones(1); dist.all_reduce(t)\n_v = t.item()') is None and cl.pull('_v') == 2.
     # an engine that exits with a status of its own
     cl.run('import os, threading; threading.Timer(0.2, os._exit, [3]).start()', ranks=1)
@@ -123,6 +136,8 @@ def test_idle_server_imports_ahead_for_replacements(cl):
     cl.restart()
     cl.run('import ddp_nb.forkserver as _f; _w = list(_f.forked_with)')
     assert (cl.pull('_w', rank=0), cl.pull('_w', rank=1)) == ([], list(LATER))
+    (copy,) = warm_copies(srv.proc.pid)   # the replacement was forked by the server's warm copy, which imported LATER
+    assert parent(cl.run(os.getpid, ranks=1)[0]) == copy.pid
     assert cl.run('t = torch.ones(1); dist.all_reduce(t)\n_v = t.item()') is None and cl.pull('_v') == 2.
 
 
@@ -284,3 +299,88 @@ def test_a_standby_answers_only_this_user_and_a_hello_it_can_read(tmp_path, no_s
     assert b['later'] == list(LATER) and b['sum'] == [2, 2] and b['controller_parent'] == b['server'], b
     wait_until(lambda: cluster_procs(b['cid']) == [], 60, "the killed kernel's cluster ending (owner watches)")
     assert sb.is_running() and sb.children() == []  # the standby waits on
+
+
+# The server loop with stand-ins: the import ahead takes `SLOW` s (a sleep), an engine sleeps until it is killed
+HARNESS = r'''
+import os, socket, sys, time
+import ddp_nb.forkserver as f
+f.IDLE_BEFORE_LATER = 0.3
+def later():
+    time.sleep(float(os.environ['SLOW'])); return []
+def engine(req, close):
+    try:
+        f._forked(close); os.setsid(); f.set_cmdline(req['argv'])
+        while True: time.sleep(1)
+    finally: os._exit(0)
+f._warm_later, f._child = later, engine
+f._serve(socket.socket(fileno=int(sys.argv[1])))
+'''
+
+
+def stand_ins():
+    "The stand-in engines still running"
+    out = []
+    for q in psutil.process_iter():
+        try:
+            if '--stand-in' in q.cmdline(): out.append(q)
+        except psutil.Error: pass
+    return out
+
+
+def test_the_warm_copy_imports_while_the_server_forks(tmp_path):
+    from ddp_nb.forkserver import ENGINE_CMD, ForkServer
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    p = subprocess.Popen([sys.executable, '-c', HARNESS, str(b.fileno()), ' ' * 300], pass_fds=[b.fileno()],
+                         env={**os.environ, 'SLOW': '6'}, start_new_session=True)
+    b.close()
+    srv = ForkServer({}, sock=a, timeout=10)
+    def spawn(): return srv.spawn(ENGINE_CMD + ['--stand-in'], {}, str(tmp_path), str(tmp_path / 'e.log'))
+    try:
+        assert srv.ready.wait(30)
+        first = spawn()
+        assert parent(first) == p.pid
+        wait_until(lambda: warm_copies(p.pid), 10, 'the idle server forking its warm copy')
+        (copy,) = warm_copies(p.pid)
+        during = spawn()   # asked while the copy imports: the server forks it at once, without waiting for the import
+        assert parent(during) == p.pid and srv.later is None and copy.is_running()
+        wait_until(lambda: srv.later is not None, 30, 'the copy saying it has imported ahead')
+        assert srv.later == []
+        after = spawn()    # the copy forks it; what it says passes through the server
+        assert parent(after) == copy.pid
+        os.kill(after, signal.SIGKILL)
+        assert srv.wait_exit(after, 10) == -signal.SIGKILL
+        orphan = spawn()
+        assert parent(orphan) == copy.pid
+        copy.kill(); copy.wait(10)   # the copy dies first: its engine is handed to the server, which reports its exit
+        wait_until(lambda: parent(orphan) == p.pid, 10, 'the orphaned engine handed to the server')
+        os.kill(orphan, signal.SIGKILL)
+        assert srv.wait_exit(orphan, 10) == -signal.SIGKILL
+        os.kill(first, signal.SIGTERM)
+        assert srv.wait_exit(first, 10) == -signal.SIGTERM
+        last = spawn()     # the copy is gone: the server forks again
+        assert parent(last) == p.pid
+        left = [during, last]
+    finally:
+        srv.close()   # (asks it to stop: it ends its engines and exits)
+        p.wait(10)
+    assert not any(psutil.pid_exists(e) for e in left) and stand_ins() == []
+
+
+def test_the_warm_copy_ends_with_its_server(tmp_path):
+    from ddp_nb.forkserver import ENGINE_CMD, ForkServer
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    p = subprocess.Popen([sys.executable, '-c', HARNESS, str(b.fileno()), ' ' * 300], pass_fds=[b.fileno()],
+                         env={**os.environ, 'SLOW': '0'}, start_new_session=True)
+    b.close()
+    srv = ForkServer({}, sock=a, timeout=10)
+    try:
+        assert srv.ready.wait(30)
+        wait_until(lambda: srv.later is not None, 30, 'the warm copy ready')
+        (copy,) = warm_copies(p.pid)
+        eng = srv.spawn(ENGINE_CMD + ['--stand-in'], {}, str(tmp_path), str(tmp_path / 'e.log'))
+        assert parent(eng) == copy.pid
+    finally:
+        srv.close()
+        p.wait(10)
+    wait_until(lambda: not copy.is_running() and stand_ins() == [], 10, 'the copy and its engine ending')

@@ -1,6 +1,6 @@
 """The fork server and heal on the GPU (`make test-gpu`): ranks forked from the warm fork server use CUDA (the server
-imports torch, and `LATER`'s inductor modules once idle, without making a CUDA context), a replacement forked after
-that compiles on the GPU; heal moves a model and its optimizer between a CUDA rank and a CPU rank (gloo, one
+imports torch, and its warm copy `LATER`'s inductor modules once idle, without making a CUDA context), a replacement
+forked after that (by the copy) compiles on the GPU; heal moves a model and its optimizer between a CUDA rank and a CPU rank (gloo, one
 GPU), both ways, onto the new rank's own device (the buffer through host memory: gloo cannot read a GPU's; the loader's
 random generator and Adam's step counters stay on the CPU); and a resize keeps each staying rank on its device.
 
@@ -45,7 +45,7 @@ def test_forked_ranks_use_the_gpu_and_a_replacement_compiles_after_the_server_wa
         assert c.run(_on_device, False)[0] == dict(sum=1.0, device=dev, forked_with=[])
         srv, deadline = fork_server(c.cluster_id), time.monotonic() + 60
         assert srv is not None, "DDPCluster(fork_server=True) started no fork server"
-        while srv.later is None:   # the server imports LATER once idle for IDLE_BEFORE_LATER s
+        while srv.later is None:   # its warm copy imports LATER once idle for IDLE_BEFORE_LATER s
             assert time.monotonic() < deadline, "the fork server did not import LATER within 60 s"; time.sleep(0.1)
         assert list(srv.later) == list(LATER), srv.later
         _kill(c, 0)
