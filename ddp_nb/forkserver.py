@@ -439,8 +439,11 @@ class _WarmCopy:
 
     def stop(self, quick:bool, # the kernel asked: it ends its engines now (else it gives their owner watches time)
             ):
-        "Tell the copy the server is ending"
-        if quick: _send(self.sock, op='stop')
+        "Tell the copy the server is ending (one still importing has no engines: it just ends)"
+        if not self.ready:
+            try: os.kill(self.pid, signal.SIGTERM)
+            except ProcessLookupError: pass
+        elif quick: _send(self.sock, op='stop')
         self.sock.close()
 
     def wait(self, timeout:float):
@@ -708,6 +711,14 @@ def said(self:ForkServer) -> str:
     "Why the server failed, as it said, for an error message; '' if it did not say"
     return f": it failed with {self.failure}" if self.failure else ''
 
+# %% ../nbs/02a1_forkserver.ipynb #ae5c9e5f
+@patch
+def wait_later(self:ForkServer, timeout:float, # seconds
+              ) -> list|None: # the modules; None if it did not say within `timeout` s (or is gone)
+    "Wait until the server says what it has imported ahead (`LATER`, in its warm copy once idle, or in a standby)"
+    with self._cv: self._cv.wait_for(lambda: self.later is not None or self.gone.is_set(), timeout)
+    return self.later
+
 # %% ../nbs/02a1_forkserver.ipynb #99eb4be8
 @patch
 def close(self:ForkServer, timeout:float=5):
@@ -743,9 +754,8 @@ def from_standby(env:dict, # the cluster's server environment (with its `STANDBY
         log.debug("no standby fork server answered: %s", e); s.close(); return None
     srv = ForkServer(env, timeout=timeout, sock=s)
     try:
-        with srv._cv:  # (ready, then what it imported ahead: `ForkControllerLauncher` asks)
-            srv._cv.wait_for(lambda: srv.later is not None or srv.gone.is_set(), wait)
-        if srv.later is None: raise ForkServerError(f"not ready{srv.said()}")
+        # (ready, then what it imported ahead: `ForkControllerLauncher` asks)
+        if srv.wait_later(wait) is None: raise ForkServerError(f"not ready{srv.said()}")
         srv.proc = psutil.Process(srv.pid)  # (it is the standby's child, not this process's)
         if srv.proc.ppid() != int.from_bytes(standby[:4], sys.byteorder):
             raise ForkServerError(f"its server (pid {srv.pid}) is not the standby's child")

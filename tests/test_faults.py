@@ -3,7 +3,7 @@ seconds, every rank released, recovery in one call, nothing left running. Measur
 import os, queue, re, signal, time
 import pytest
 from conftest import ours
-from kernel import Kernel, cluster_kernel
+from kernel import SETTLED, Kernel, cluster_kernel
 
 MEASURED = {}
 
@@ -11,7 +11,7 @@ MEASURED = {}
 @pytest.fixture(scope='module')
 def k():
     yield from cluster_kernel("from ddp_nb import DDPCluster\nfrom ddp_nb.processes import cluster_procs\n"
-                              "cl = DDPCluster(n=2).start()\nn_procs = len(cluster_procs(cl.cluster_id))\n"
+                              "cl = DDPCluster(n=2).start()\n" + SETTLED + "n_procs = len(cluster_procs(cl.cluster_id))\n"
                               "cl.run(lambda: None)", MEASURED, 'faults')  # the ranks are free: a start readies their records first (~1 s, more on a busy machine)
 
 

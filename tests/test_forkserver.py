@@ -128,8 +128,7 @@ def test_exit_status_reported_and_restart_forks(cl):
 def test_idle_server_imports_ahead_for_replacements(cl):
     "Once idle, the server imports what a rank's records import later: a replacement is forked with it, the first not"
     srv = fork_server(cl.cluster_id)
-    wait_until(lambda: srv.later is not None, 90., what="the server's imports ahead")
-    assert srv.later == list(LATER) and srv.proc.poll() is None
+    assert srv.wait_later(90) == list(LATER) and srv.proc.poll() is None
     pid = cl._ranks.plan[1].pid
     os.kill(pid, signal.SIGKILL)
     wait_until(lambda: not psutil.pid_exists(pid), what='the killed engine gone')
@@ -344,8 +343,7 @@ def test_the_warm_copy_imports_while_the_server_forks(tmp_path):
         (copy,) = warm_copies(p.pid)
         during = spawn()   # asked while the copy imports: the server forks it at once, without waiting for the import
         assert parent(during) == p.pid and srv.later is None and copy.is_running()
-        wait_until(lambda: srv.later is not None, 30, 'the copy saying it has imported ahead')
-        assert srv.later == []
+        assert srv.wait_later(30) == []   # the copy says it has imported ahead
         after = spawn()    # the copy forks it; what it says passes through the server
         assert parent(after) == copy.pid
         os.kill(after, signal.SIGKILL)
@@ -376,7 +374,7 @@ def test_the_warm_copy_ends_with_its_server(tmp_path):
     srv = ForkServer({}, sock=a, timeout=10)
     try:
         assert srv.ready.wait(30)
-        wait_until(lambda: srv.later is not None, 30, 'the warm copy ready')
+        assert srv.wait_later(30) is not None
         (copy,) = warm_copies(p.pid)
         eng = srv.spawn(ENGINE_CMD + ['--stand-in'], {}, str(tmp_path), str(tmp_path / 'e.log'))
         assert parent(eng) == copy.pid
@@ -384,3 +382,17 @@ def test_the_warm_copy_ends_with_its_server(tmp_path):
         srv.close()
         p.wait(10)
     wait_until(lambda: not copy.is_running() and stand_ins() == [], 10, 'the copy and its engine ending')
+
+
+def test_a_server_stopped_while_its_copy_imports_ends_at_once(tmp_path):
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    p = subprocess.Popen([sys.executable, '-c', HARNESS, str(b.fileno()), ' ' * 300], pass_fds=[b.fileno()],
+                         env={**os.environ, 'SLOW': '30'}, start_new_session=True)
+    b.close()
+    from ddp_nb.forkserver import ForkServer
+    srv = ForkServer({}, sock=a, timeout=10)
+    assert srv.ready.wait(30)
+    wait_until(lambda: warm_copies(p.pid), 10, 'the idle server forking its warm copy')
+    (copy,) = warm_copies(p.pid)
+    t = time.monotonic(); srv.close(); p.wait(10)
+    assert time.monotonic() - t < 15 and not copy.is_running()   # (not after the copy's 30 s import)

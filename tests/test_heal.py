@@ -4,7 +4,7 @@ re-running the interrupted cell ends with weights bit-identical to a run never i
 folder: nothing is written or read); the new rank holds the user's variables; as many processes as before."""
 import os, signal, time
 import pytest
-from kernel import cluster_kernel
+from kernel import SETTLED, cluster_kernel
 from ddp_nb.host import pid_alive
 
 MEASURED = {}
@@ -67,6 +67,7 @@ def k():
 
 def test_kill_mid_fit_restart_heals_and_continues_bit_identical(k):
     k.ok(RANKS, timeout=300)
+    k.ok(SETTLED)
     n_procs = k.value("len(cluster_procs(cl.cluster_id))")
     # kill rank 1 at ~40% of the fit (2 epochs of 24 steps): when rank 0 has reported step 19 of this run
     failed = kill_during(k, 'out = fit(model, loader, opt, epochs=2, loss_fn=slow)', 19)
@@ -156,6 +157,7 @@ def phase(k, fit: str) -> list:
 def test_resize_2_3_2_mid_epoch_each_sample_once_and_the_same_weights(k):
     k.ok("cl.stop()\ncl = DDPCluster(n=2).start()", timeout=300)
     k.ok(RESIZE, timeout=300)
+    k.ok(SETTLED)
     n_procs = k.value("len(cluster_procs(cl.cluster_id))")
     seen = phase(k, "fit(model, loader, opt, epochs=1, loss_fn=counted, max_steps=8)")   # 8 steps on 2 ranks
     assert [len(s) for s in seen] == [8 * 32, 8 * 32]

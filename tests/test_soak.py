@@ -8,7 +8,7 @@ Measured numbers are printed (-s)."""
 import os, random, signal, socket, struct, time
 import psutil, pytest
 from conftest import ours
-from kernel import Kernel
+from kernel import SETTLED, Kernel
 from ddp_nb.host import pid_alive
 
 SOAK = int(os.environ.get('DDP_NB_SOAK_N', 0))  # cycles of each test; 0: the small CI numbers below
@@ -151,7 +151,7 @@ BOTH_AT = "wait_for(lambda: sorted((s.rank, s.step) for s in d.snapshot().curren
 
 def test_kill_and_restart_cycles_keep_every_rank_on_the_dashboard(k, cl):
     n = SOAK or 2
-    k.ok("d = cl.dashboard(mode='text', out=io.StringIO()); n_procs = len(cluster_procs(cl.cluster_id))")
+    k.ok(SETTLED + "d = cl.dashboard(mode='text', out=io.StringIO()); n_procs = len(cluster_procs(cl.cluster_id))")
     step = 0
     def cycle(again: bool):
         "Report, kill -9 rank 1, restart, report again (continuing the steps, or from 0): both ranks in the current run"
