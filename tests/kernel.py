@@ -6,10 +6,16 @@ from ddp_nb.kernel import ANSI, Frontend, Kernel as _Kernel
 
 ROOT = Path(__file__).resolve().parent.parent
 STOP = "try: cl.stop()\nexcept NameError: pass"
-# kernel code: wait until the fork server of the notebook's cluster `cl` has its warm copy (forked once the server is
-# idle): from then on the cluster's process count stays what it is, unless a process is left behind
-SETTLED = ("from ddp_nb.forkserver import fork_server as _fs\n"
-           "assert _fs(cl.cluster_id) is None or _fs(cl.cluster_id).wait_later(60) is not None, 'no warm copy in 60 s'\n")
+# kernel code: `n_cluster_procs()`, how many processes the notebook's cluster `cl` has once its fork server has its
+# warm copy (forked once the server is idle): the same count before and after a step, unless the step left one behind
+COUNTER = '''
+def n_cluster_procs():
+    from ddp_nb.forkserver import fork_server
+    from ddp_nb.processes import cluster_procs
+    srv = fork_server(cl.cluster_id)
+    assert srv is None or srv.wait_later(60) is not None, "no warm copy within 60 s"
+    return len(cluster_procs(cl.cluster_id))
+'''
 
 
 class Kernel(_Kernel):

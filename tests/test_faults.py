@@ -3,7 +3,7 @@ seconds, every rank released, recovery in one call, nothing left running. Measur
 import os, queue, re, signal, time
 import pytest
 from conftest import ours
-from kernel import SETTLED, Kernel, cluster_kernel
+from kernel import COUNTER, Kernel, cluster_kernel
 
 MEASURED = {}
 
@@ -11,7 +11,7 @@ MEASURED = {}
 @pytest.fixture(scope='module')
 def k():
     yield from cluster_kernel("from ddp_nb import DDPCluster\nfrom ddp_nb.processes import cluster_procs\n"
-                              "cl = DDPCluster(n=2).start()\n" + SETTLED + "n_procs = len(cluster_procs(cl.cluster_id))\n"
+                              "cl = DDPCluster(n=2).start()\n" + COUNTER + "n_procs = n_cluster_procs()\n"
                               "cl.run(lambda: None)", MEASURED, 'faults')  # the ranks are free: a start readies their records first (~1 s, more on a busy machine)
 
 
@@ -29,7 +29,7 @@ def restart_and_check(k):
     assert err is None, out
     _, out, err, _ = k.run("cl.run(lambda: None); assert cl.check()")  # (new ranks ready their records first: seconds on a busy machine)
     assert err is None, out
-    assert k.value("len(cluster_procs(cl.cluster_id)) == n_procs"), "a replaced engine left processes behind"
+    assert k.value("n_cluster_procs() == n_procs"), "a replaced engine left processes behind"
     return took
 
 
@@ -126,7 +126,7 @@ def test_twenty_interrupts_stop_cooperatively(k):
     MEASURED['interrupt of fit(): median / max time to stop every rank (s)'] = [round(sorted(times)[10], 2), round(max(times), 2)]
     assert clean == 20, out
     assert max(times) < 2, times
-    assert k.value("len(cluster_procs(cl.cluster_id)) == n_procs")
+    assert k.value("n_cluster_procs() == n_procs")
 
 
 FIT_CELL = ("%%px\nprint('from step', loader.fit_state['step'] if hasattr(loader, 'fit_state') else 0)\n"
@@ -193,7 +193,7 @@ def test_interrupts_without_the_loader_leave_a_healthy_group(k):
     MEASURED['5 SIGINT interrupts of a raw all-reduce loop: healthy after / ranks had to be replaced'] = [healthy, replaced]
     MEASURED['SIGINT interrupt: max time to stop every rank / max cell time incl. replacing (s)'] = [max(stops), round(max(cells), 2)]
     assert healthy == 5 and max(stops) < 2, (stops, out)
-    assert k.value("len(cluster_procs(cl.cluster_id)) == n_procs")
+    assert k.value("n_cluster_procs() == n_procs")
 
 
 def test_a_rank_that_exits_on_interrupt_is_replaced(k):
@@ -204,7 +204,7 @@ def test_a_rank_that_exits_on_interrupt_is_replaced(k):
     assert err is None and k.reply['status'] == 'error' and 'Interrupted: every rank stopped in' in out, out
     assert re.search(r'the engine of rank 1 (exited with status 3|died \(exit status unknown\))', out), out  # the launcher polls each 1 s
     assert 'Restarted' in out and 'rank 0 kept' in out, out
-    assert k.value("cl.check()") and k.value("len(cluster_procs(cl.cluster_id)) == n_procs")
+    assert k.value("cl.check()") and k.value("n_cluster_procs() == n_procs")
     MEASURED['interrupt where a rank exits instead: replaced, cell back in (s)'] = round(took, 2)
 
 
@@ -323,7 +323,7 @@ def test_noblock_result_of_an_interrupted_stopped_rank(k):
         assert 'rank 1 was stopped (SIGSTOP' in out and 'cl.interrupt() replaced rank 1' in out, out
         assert not ENGINE_IDS.search(out), out
     _, out, err, _ = k.run("%%px\nt = torch.ones(1); dist.all_reduce(t)")  # the replaced ranks work (once they readied their records)
-    assert err is None and k.value("cl.check()") and k.value("len(cluster_procs(cl.cluster_id)) == n_procs"), out
+    assert err is None and k.value("cl.check()") and k.value("n_cluster_procs() == n_procs"), out
 
 
 def stop_from_outside(cluster_id):
@@ -349,7 +349,7 @@ def test_cluster_stopped_outside_is_said_then_started_again(k):
     assert err is None and cid not in out, out
     _, out, err, _ = k.run("%%px\nt = torch.ones(1); dist.all_reduce(t); print(t.item())")
     assert err is None and '[rank 0] 2.0' in out and '[rank 1] 2.0' in out, out
-    assert k.value("cl.check()") and k.value("len(cluster_procs(cl.cluster_id)) == n_procs")
+    assert k.value("cl.check()") and k.value("n_cluster_procs() == n_procs")
 
 
 def test_controller_killed_during_a_cell_is_said_then_restarted(k):
@@ -369,7 +369,7 @@ def test_controller_killed_during_a_cell_is_said_then_restarted(k):
     assert err is None and 'Started again' in out, out
     _, out, err, _ = k.run("%%px\nt = torch.ones(1); dist.all_reduce(t); print(t.item())")  # (waits for the new ranks' warm-up too)
     assert err is None and '[rank 0] 2.0' in out and '[rank 1] 2.0' in out, out
-    assert k.value("cl.check()") and k.value("len(cluster_procs(cl.cluster_id)) == n_procs")
+    assert k.value("cl.check()") and k.value("n_cluster_procs() == n_procs")
 
 
 def test_plain_error_on_one_rank_gives_no_check_advice(k):

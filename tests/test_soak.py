@@ -8,7 +8,7 @@ Measured numbers are printed (-s)."""
 import os, random, signal, socket, struct, time
 import psutil, pytest
 from conftest import ours
-from kernel import SETTLED, Kernel
+from kernel import COUNTER, Kernel
 from ddp_nb.host import pid_alive
 
 SOAK = int(os.environ.get('DDP_NB_SOAK_N', 0))  # cycles of each test; 0: the small CI numbers below
@@ -151,7 +151,7 @@ BOTH_AT = "wait_for(lambda: sorted((s.rank, s.step) for s in d.snapshot().curren
 
 def test_kill_and_restart_cycles_keep_every_rank_on_the_dashboard(k, cl):
     n = SOAK or 2
-    k.ok(SETTLED + "d = cl.dashboard(mode='text', out=io.StringIO()); n_procs = len(cluster_procs(cl.cluster_id))")
+    k.ok(COUNTER + "d = cl.dashboard(mode='text', out=io.StringIO()); n_procs = n_cluster_procs()")
     step = 0
     def cycle(again: bool):
         "Report, kill -9 rank 1, restart, report again (continuing the steps, or from 0): both ranks in the current run"
@@ -170,7 +170,7 @@ def test_kill_and_restart_cycles_keep_every_rank_on_the_dashboard(k, cl):
         assert ok, f"after cl.restart() the dashboard's current run lacks a live rank: (rank, run, step) {snap}"
         pts = k.value("{rk: s.points()[0][-5:] for (rk, m), s in d.snapshot().series.items() if m == 'loss'}")
         assert pts == {'0': list(range(step - 5, step)), '1': list(range(step - 5, step))}, pts
-        assert k.value("len(cluster_procs(cl.cluster_id)) == n_procs"), "a replaced engine left processes behind"
+        assert k.value("n_cluster_procs() == n_procs"), "a replaced engine left processes behind"
     cycle(again=False)  # warm-up
     k0 = k.value("counts()")
     t0 = time.monotonic()
