@@ -711,7 +711,7 @@ def said(self:ForkServer) -> str:
     "Why the server failed, as it said, for an error message; '' if it did not say"
     return f": it failed with {self.failure}" if self.failure else ''
 
-# %% ../nbs/02a1_forkserver.ipynb #ae5c9e5f
+# %% ../nbs/02a1_forkserver.ipynb #a1c8c96d
 @patch
 def wait_later(self:ForkServer, timeout:float, # seconds
               ) -> list|None: # the modules; None if it did not say within `timeout` s (or is gone)
