@@ -7,7 +7,7 @@ import argparse, time, traceback
 from pathlib import Path
 from benchmarks.common import machine, HERE
 from benchmarks import (startup, throughput, cells, celltime, iteration, monitor, memory, stopvote, gpu, compile_warm, collectives, timing,
-                        scale, growth, peers, heal)
+                        scale, growth, startscale, peers, heal)
 
 
 def _section(run) -> str:
@@ -39,6 +39,7 @@ def main(argv=None):
             lambda: timing.run(1, 4) if f else timing.run(3, 20),
             lambda: scale.run(1, 1., (8, 64), extra=()) if f else scale.run(3, 5.),
             lambda: growth.run(1, (1, 2)) if f else growth.run(3, (1, 2, 4, 8)),
+            lambda: startscale.run(1, (8, 64)) if f else startscale.run(3),   # (13's sketch: 64 to 1,024 simulated engines)
             lambda: peers.run(1, 2, 1, 1) if f else peers.run(3),   # the peers' interpreter: $BENCH_PEERS_PYTHON
             lambda: heal.run(1, (1e6,)) if f else heal.run(3)]
     parts = []
