@@ -317,6 +317,16 @@ f._serve(socket.socket(fileno=int(sys.argv[1])))
 '''
 
 
+def harness(slow: float):
+    "`HARNESS` started as a kernel starts its server, its import ahead taking `slow` s: (the process, the kernel's end)"
+    from ddp_nb.forkserver import ForkServer
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    p = subprocess.Popen([sys.executable, '-c', HARNESS, str(b.fileno()), ' ' * 300], pass_fds=[b.fileno()],
+                         env={**os.environ, 'SLOW': str(slow)}, start_new_session=True)
+    b.close()
+    return p, ForkServer({}, sock=a, timeout=10)
+
+
 def stand_ins():
     "The stand-in engines still running"
     out = []
@@ -328,12 +338,8 @@ def stand_ins():
 
 
 def test_the_warm_copy_imports_while_the_server_forks(tmp_path):
-    from ddp_nb.forkserver import ENGINE_CMD, ForkServer
-    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    p = subprocess.Popen([sys.executable, '-c', HARNESS, str(b.fileno()), ' ' * 300], pass_fds=[b.fileno()],
-                         env={**os.environ, 'SLOW': '6'}, start_new_session=True)
-    b.close()
-    srv = ForkServer({}, sock=a, timeout=10)
+    from ddp_nb.forkserver import ENGINE_CMD
+    p, srv = harness(6)
     def spawn(): return srv.spawn(ENGINE_CMD + ['--stand-in'], {}, str(tmp_path), str(tmp_path / 'e.log'))
     try:
         assert srv.ready.wait(30)
@@ -366,12 +372,8 @@ def test_the_warm_copy_imports_while_the_server_forks(tmp_path):
 
 
 def test_the_warm_copy_ends_with_its_server(tmp_path):
-    from ddp_nb.forkserver import ENGINE_CMD, ForkServer
-    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    p = subprocess.Popen([sys.executable, '-c', HARNESS, str(b.fileno()), ' ' * 300], pass_fds=[b.fileno()],
-                         env={**os.environ, 'SLOW': '0'}, start_new_session=True)
-    b.close()
-    srv = ForkServer({}, sock=a, timeout=10)
+    from ddp_nb.forkserver import ENGINE_CMD
+    p, srv = harness(0)
     try:
         assert srv.ready.wait(30)
         assert srv.wait_later(30) is not None
@@ -385,12 +387,7 @@ def test_the_warm_copy_ends_with_its_server(tmp_path):
 
 
 def test_a_server_stopped_while_its_copy_imports_ends_at_once(tmp_path):
-    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    p = subprocess.Popen([sys.executable, '-c', HARNESS, str(b.fileno()), ' ' * 300], pass_fds=[b.fileno()],
-                         env={**os.environ, 'SLOW': '30'}, start_new_session=True)
-    b.close()
-    from ddp_nb.forkserver import ForkServer
-    srv = ForkServer({}, sock=a, timeout=10)
+    p, srv = harness(30)
     assert srv.ready.wait(30)
     wait_until(lambda: warm_copies(p.pid), 10, 'the idle server forking its warm copy')
     (copy,) = warm_copies(p.pid)
