@@ -376,9 +376,14 @@ def _rotated(sizes: list, r: int) -> list:
     return sizes[r % len(sizes):] + sizes[:r % len(sizes)]
 
 
+def _keywise(xs: list) -> dict:
+    "key -> median of the dicts `xs` (they share their keys)"
+    return {k: med([x[k] for x in xs]) for k in xs[0]}
+
+
 def _medians(runs: dict) -> dict:
     "size -> key -> median over rounds (nan where a size was not run)"
-    return {n: {k: med([x[k] for x in xs]) for k in xs[0]} if xs else {} for n, xs in runs.items()}
+    return {n: _keywise(xs) if xs else {} for n, xs in runs.items()}
 
 
 def _col(m: dict, ns: list, key: str) -> list:
@@ -414,7 +419,7 @@ def med_of(fn, n: int, times: int) -> dict:
     "Key-wise median of `times` calls of `fn(n)`, each after a garbage collection (the last part's objects are not its)"
     xs = []
     for _ in range(times): gc.collect(); xs.append(fn(n))
-    return {k: med([x[k] for x in xs]) for k in xs[0]}
+    return _keywise(xs)
 
 
 def run(rounds: int = 3, sizes=(8, 64, 256, 1024)) -> str:

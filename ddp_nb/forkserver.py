@@ -293,6 +293,10 @@ def _send(ch, **msg):
     try: ch.send(encode(msg))
     except OSError: pass  # the kernel is gone: the loop sees EOF next
 
+def _failed(ch, e:BaseException):
+    "Tell the other end why this server failed (its last line)"
+    _send(ch, op='failed', why=''.join(traceback.format_exception_only(type(e), e)).strip()[-2000:])
+
 def _reap(ch, kids:set):
     "Collect every ended child, and tell the kernel the exit status of each engine among them (negative: the signal)"
     # (not of the warm copy, nor of a process orphaned to this server: a nanny whose engine died)
@@ -355,7 +359,7 @@ def serve(fd:int, # the server's end of the channel (a SOCK_SEQPACKET socket its
     set_cmdline([sys.executable, '-c', 'ddp_nb fork server', f"--cluster-id={os.environ.get('IPP_CLUSTER_ID', '')}"])
     try: _warm()
     except BaseException as e:  # (the kernel's engines start without it, and say why)
-        _send(ch, op='failed', why=''.join(traceback.format_exception_only(type(e), e)).strip()[-2000:])
+        _failed(ch, e)
         raise
     _serve(ch)
 
@@ -466,11 +470,10 @@ def _warm_copy(ch:socket.socket, # its channel to the server
         set_cmdline([sys.executable, '-c', 'ddp_nb fork server', f"--cluster-id={os.environ.get('IPP_CLUSTER_ID', '')}",
                      '--warm-copy'])
         _warm_later()
-        # (idle and warm: a copy of this one waits for the next kernel's cluster, if asked)
-        if standby_seconds(): _leave_standby([ch.fileno()])
+        _leave_standby([ch.fileno()])  # (idle and warm: a copy of this one waits for the next kernel's cluster, if asked)
         _serve(ch, later=True, server=server)
-    except BaseException:
-        code = 1; traceback.print_exc()
+    except BaseException as e:
+        code = 1; _failed(ch, e)
     finally: os._exit(code)
 
 
@@ -580,7 +583,7 @@ def _served(conn:socket.socket, # the kernel's connection, accepted by the stand
         _serve(conn, later=True)
     except BaseException as e:
         code = 1
-        _send(conn, op='failed', why=''.join(traceback.format_exception_only(type(e), e)).strip()[-2000:])
+        _failed(conn, e)
     finally: os._exit(code)
 
 def standbys(ipython_dir:str|None=None, # only those started under this IPYTHONDIR; None: all of this user's
@@ -651,9 +654,10 @@ def _read(self:ForkServer):
                 if msg['op'] == 'ready': self.pid = self.pid or msg['pid']; self.ready.set()
                 elif msg['op'] == 'failed': self.failure = msg['why']
                 elif msg['op'] == 'exit': self._exits[msg['pid']] = msg['code']
-                elif msg['op'] == 'spawned': self._exits.pop(msg['pid'], None); self._answers[msg['id']] = msg  # (a pid reused)
                 elif msg['op'] == 'later': self.later = [m for m in msg['modules'] if isinstance(m, str)]
-                else: self._answers[msg['id']] = msg
+                else:  # spawned, refused: the answer to a request
+                    if msg['op'] == 'spawned': self._exits.pop(msg['pid'], None)  # (a pid reused: not the old engine's exit)
+                    self._answers[msg['id']] = msg
                 self._cv.notify_all()
     except OSError: log.debug("fork server: channel closed", exc_info=True)
     finally:

@@ -306,6 +306,7 @@ import os, socket, sys, time
 import ddp_nb.forkserver as f
 f.IDLE_BEFORE_LATER = 0.3
 def later():
+    if os.environ['SLOW'] == 'fail': raise ImportError('a module it could not import')
     time.sleep(float(os.environ['SLOW'])); return []
 def engine(req, close):
     try:
@@ -317,8 +318,8 @@ f._serve(socket.socket(fileno=int(sys.argv[1])))
 '''
 
 
-def harness(slow: float):
-    "`HARNESS` started as a kernel starts its server, its import ahead taking `slow` s: (the process, the kernel's end)"
+def harness(slow):
+    "`HARNESS` started as a kernel starts its server, its import ahead taking `slow` s ('fail': failing): (the process, the kernel's end)"
     from ddp_nb.forkserver import ForkServer
     a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     p = subprocess.Popen([sys.executable, '-c', HARNESS, str(b.fileno()), ' ' * 300], pass_fds=[b.fileno()],
@@ -393,3 +394,17 @@ def test_a_server_stopped_while_its_copy_imports_ends_at_once(tmp_path):
     (copy,) = warm_copies(p.pid)
     t = time.monotonic(); srv.close(); p.wait(10)
     assert time.monotonic() - t < 15 and not copy.is_running()   # (not after the copy's 30 s import)
+
+
+def test_a_failed_copy_leaves_the_server_forking(tmp_path):
+    from ddp_nb.forkserver import ENGINE_CMD
+    p, srv = harness('fail')   # the copy's imports fail: it says why and ends; the server says nothing was imported ahead
+    try:
+        assert srv.ready.wait(30) and srv.wait_later(30) == []
+        wait_until(lambda: warm_copies(p.pid) == [], 10, 'the failed copy gone')
+        eng = srv.spawn(ENGINE_CMD + ['--stand-in'], {}, str(tmp_path), str(tmp_path / 'e.log'))
+        assert parent(eng) == p.pid and srv.failure is None   # (the copy's failure is the server's log line, not the server's)
+    finally:
+        srv.close()
+        p.wait(10)
+    assert stand_ins() == []
