@@ -47,7 +47,8 @@ def main(argv=None):
         parts.append(_section(run))
         Path(a.out).with_suffix('.partial.md').write_text('\n\n'.join(parts) + '\n')
     head = (f"Machine: {machine()}  \nCommand: `python -m benchmarks{' --fast' if f else ''}` "
-            f"({time.time() - t0:.0f} s, {time.strftime('%Y-%m-%d')}). Only ratios carry across machines and runs.\n\n")
+            f"({time.time() - t0:.0f} s, {time.strftime('%Y-%m-%d')}). Only ratios carry across machines and runs. "
+            "ddp_nb's modules are compiled to bytecode first, as an install has them.\n\n")
     text = head + '\n\n'.join(parts) + '\n'
     failed = [p for p in parts if p.startswith('### (a section failed')]
     if failed:  # the last good results stay; this run's sections are in the partial file

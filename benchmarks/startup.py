@@ -122,8 +122,10 @@ def run(rounds=5, n=2, cells=30):
     return (f"### 4. Start-up: until the process group is formed and checked ({n} ranks)\n\n"
             f"{rounds} rotating rounds, medians.\n\n"
             + table(['side', 'median', 'ddp_nb / side', 'goal'], rows)
-            + "\n\nWhere `DDPCluster(n=2, fork_server=True).start()` spends its time (`cl.start_phases`, medians): *engines launched* "
-              "waits for the fork server, which imports torch and ipyparallel's engine once, then forks the engines; "
+            + "\n\nWhere `DDPCluster(n=2, fork_server=True).start()` spends its time (`cl.start_phases`, medians): the fork server "
+              "is started first, and imports torch and ipyparallel's engine once while the kernel makes ipyparallel's Cluster "
+              "(*set-up*), starts the controller and imports what its first calls to the engines need (*client imports*); "
+              "*engines launched* waits for the server's imports, then its forks; "
               "*registration* is the forked engines' own start until the controller has them (at their first heartbeat); "
               "the rest is the first calls: the engines' facts, the process group, the dashboard.\n\n"
             + phase_table(S['phases'])

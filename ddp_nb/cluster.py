@@ -16,7 +16,7 @@ from .report import batch_interval, connect as connect_reporter
 from .ranks import RankSet, push
 from .engines import (await_registration, connect_existing, controller_down, controller_ip, death_cause,
                             exit_code, ipp_cluster, remote_count, ssh_hosts, start_more, stop_ipp, wait_for_engines,
-                            watch_exits)
+                            warm_client, watch_exits)
 from .group import collector_host, form_group, network, plan_group, release, teardown
 from .supervise import ClusterGone, Supervisor, interrupted_line, show_stacks, stop_line, stopped_ranks, where
 from .magics import activate, deactivate
@@ -267,6 +267,7 @@ def start(self:DDPCluster) -> DDPCluster:
             self._fin = Finalize(self, _end_unstopped, args=(self._ipp, self.cluster_id), exitpriority=10)
     def connect():
         with ph('controller'): self._ipp.start_controller_sync()
+        with ph('client imports'): warm_client()  # (while the fork server imports torch)
         with ph('engines launched'): self._ipp.start_engines_sync()
         with ph('registration'):
             self._rc = self._ipp.connect_client_sync()

@@ -18,8 +18,8 @@ log = logging.getLogger('ddp_nb.engines')
 
 # %% auto #0
 __all__ = ['log', 'ENGINE_MAIN', 'remote_count', 'controller_ip', 'ssh_hosts', 'remote_config', 'ipp_cluster',
-           'await_registration', 'wait_for_engines', 'start_more', 'connect_existing', 'stop_ipp', 'death_cause',
-           'watch_exits', 'exit_code', 'unregistered', 'controller_down']
+           'await_registration', 'wait_for_engines', 'start_more', 'connect_existing', 'warm_client', 'stop_ipp',
+           'death_cause', 'watch_exits', 'exit_code', 'unregistered', 'controller_down']
 
 # %% ../nbs/02a_engines.ipynb #c6b42e6d
 def remote_count(engines, # the launcher's name
@@ -150,16 +150,21 @@ def ipp_cluster(n:int, # engines to start
     cfg = kw['config'] = watch_owner(Config(kw.get('config') or {}), engines == 'local', persistent)
     cfg.LocalEngineLauncher.poll_seconds = 1  # how an engine died reaches us within a second (see `watch_exits`)
     if engines != 'local': remote_config(cfg, engines, hosts, per_host, env or {})
-    import ipyparallel as ipp
-    if fork and not {'controller', 'controller_launcher_class'} & set(kw):  # (forked where the fork server is warm)
-        kw['controller'] = launchers()['ForkControllerLauncher']
-    c = ipp.Cluster(n=n, cluster_id=cluster_id, engines=launchers()['ForkEngineSetLauncher'] if fork else engines,
-                    controller_args=args, engine_timeout=int(start_timeout), **kw)
+    # the fork server first: it imports torch while ipyparallel loads here and the controller starts; its environment
+    # is what the engines' launchers give them, and the profile folder once the Cluster has chosen it
+    srv = (start_fork_server(cluster_id, {**os.environ, **cfg.LocalEngineSetLauncher.get('environment', {})},
+                             start_timeout, standby_seconds(keep_warm)) if fork else None)
+    try:
+        import ipyparallel as ipp
+        if fork and not {'controller', 'controller_launcher_class'} & set(kw):  # (forked where the server is warm)
+            kw['controller'] = launchers()['ForkControllerLauncher']
+        c = ipp.Cluster(n=n, cluster_id=cluster_id, engines=launchers()['ForkEngineSetLauncher'] if fork else engines,
+                        controller_args=args, engine_timeout=int(start_timeout), **kw)
+    except BaseException:
+        stop_fork_server(cluster_id)
+        raise
     c.log.addFilter(_AlreadyRemoved())
-    # now: it imports torch while the controller starts; its environment is what the engines' launchers give them
-    if fork: start_fork_server(cluster_id, {**os.environ, 'IPP_PROFILE_DIR': c.profile_dir,
-                                            **cfg.LocalEngineSetLauncher.get('environment', {})}, start_timeout,
-                               standby_seconds(keep_warm))
+    if srv is not None: srv.tell_env({'IPP_PROFILE_DIR': c.profile_dir})
     return c
 
 # %% ../nbs/02a_engines.ipynb #863ff196
@@ -173,7 +178,7 @@ def await_registration(rc, # a connected Client
     fut = rc.wait_for_engines(n, timeout=timeout, block=False, interactive=False)
     pb = None
     # engines start in parallel: a count and the time, no per-engine rate
-    if bar and _in_ipython() and not noninteractive():
+    if bar and _shows_bar():
         from tqdm.auto import tqdm
         pb = tqdm(total=n, desc='Engines registered', bar_format='{desc}: {n}/{total} {bar} {elapsed}', leave=False)
     # (ipyparallel's own timeout ends `fut`; this deadline holds should its IO loop not)
@@ -233,6 +238,14 @@ def _in_ipython() -> bool:
     try: from IPython import get_ipython
     except ImportError: return False
     return get_ipython() is not None
+
+def _shows_bar() -> bool: return _in_ipython() and not noninteractive()
+
+def warm_client():
+    "Import what the kernel's first calls to new engines need, while the engines start (not after: on the start's path)"
+    from ipyparallel.serialize import can, uncan
+    can(None); uncan(None)  # (the first use of each imports the types it converts: numpy, ~0.1 s)
+    if _shows_bar(): import tqdm.auto  # (`await_registration`'s bar: ipywidgets in a notebook)
 
 # %% ../nbs/02a_engines.ipynb #ae98d3ab
 def _polite_stop(cluster, rc, patience):

@@ -4,7 +4,7 @@
 
 # %% ../nbs/02a1_forkserver.ipynb #a54ab2da
 from __future__ import annotations
-import fcntl, hashlib, json, logging, os, select, signal, socket, subprocess, sys, threading, time, traceback
+import contextlib, fcntl, gc, hashlib, json, logging, os, select, signal, socket, subprocess, sys, threading, time, traceback
 import psutil
 from fastcore.basics import patch
 from .processes import CONTROLLER_CMD, ENGINE_CMD, OWNER_ENV, rank_dir
@@ -27,7 +27,8 @@ FORK_SERVER_ENV = 'DDP_NB_FORK_SERVER'  # '0': local engines start as before, ea
 MAX_MSG = 1 << 16  # bytes a message may have, either way (within a socket's default buffer)
 # read when torch, OpenMP, BLAS or Python load: a fork server serves only engines whose values equal its own
 IMPORT_ENV = ('OMP_', 'KMP_', 'GOMP_', 'MKL_', 'OPENBLAS_', 'LD_', 'PYTHON', 'MALLOC_', 'TORCH_', 'PYTORCH_')
-SERVE_CMD = [sys.executable, '-c', 'import sys; from ddp_nb.forkserver import serve; serve(int(sys.argv[1]))']
+# (the cyclic GC off from the first import: see `_imports_frozen`)
+SERVE_CMD = [sys.executable, '-c', 'import gc, sys; gc.disable(); from ddp_nb.forkserver import serve; serve(int(sys.argv[1]))']
 TITLE_ROOM = 2048  # bytes of command line the server keeps, so that each engine can show its own (`set_cmdline`)
 
 class ForkServerError(RuntimeError):
@@ -96,7 +97,8 @@ def decode(b:bytes, # one datagram as received (read with room for one byte more
     return msg
 
 # what each side accepts
-TO_SERVER = {'spawn': dict(id=int, argv=list, env=dict, cwd=str, output_file=str), 'stop': {}}
+# (env: what the kernel learns of its cluster's environment after starting the server, its ipyparallel profile folder)
+TO_SERVER = {'spawn': dict(id=int, argv=list, env=dict, cwd=str, output_file=str), 'env': dict(env=dict), 'stop': {}}
 HELLO = {'hello': dict(env=dict)}  # a kernel's first message to the server a standby forked for it: its cluster's environment
 TO_KERNEL = {'ready': dict(pid=int), 'failed': dict(why=str), 'spawned': dict(id=int, pid=int),
              'refused': dict(id=int, why=str),
@@ -218,6 +220,15 @@ def prefork_nanny(timeout:float=60, # seconds the engine waits for its nanny's a
     replace_nanny_start(start_nanny)
 
 # %% ../nbs/02a1_forkserver.ipynb #41036491
+@contextlib.contextmanager
+def _imports_frozen():
+    "Import without the cyclic GC (it took a sixth of a cold start's imports), then freeze what was imported"
+    # (the engines forked later never scan those objects: their pages stay shared, their collections stay short; the
+    # few thousand cycles left by the imports stay too, once, shared)
+    gc.disable()
+    try: yield
+    finally: gc.freeze(); gc.enable()
+
 def _warm():
     "What every engine imports, imported once in the server: torch, ipyparallel's engine, ddp_nb's rank side"
     from ddp_nb.processes import recorder_env
@@ -322,12 +333,18 @@ def _end_kids(kids:set, grace:float=2., # seconds after SIGTERM, and after SIGKI
             else: time.sleep(0.02)
 
 def _handle(ch, raw:bytes, kids:set, close:list,
-            copy:socket.socket|None=None, # the ready warm copy's channel: it forks the engine instead
+            copy:_WarmCopy|None=None, # the warm copy: once ready, it forks the engine instead
            ) -> bool: # False: stop (the kernel asked)
     "Carry out one request: fork the engine and answer its pid (or pass it to the warm copy), or refuse it and say why"
     try:
         req = decode(raw, TO_SERVER)
         if req['op'] == 'stop': return False
+        if req['op'] == 'env':  # (this server and its copy show it, and leave it to a standby's servers)
+            adopt_env({k: v for k, v in {**os.environ, **check_env(req['env'])}.items() if k != ROOM_ENV})
+            if copy is not None:
+                try: copy.sock.send(raw)
+                except OSError: pass  # (it has just ended)
+            return True
         check_spawn(req)
     except (ValueError, UnicodeDecodeError) as e:
         rid = None
@@ -335,8 +352,8 @@ def _handle(ch, raw:bytes, kids:set, close:list,
         except Exception: pass
         _send(ch, op='refused', id=rid if isinstance(rid, int) and not isinstance(rid, bool) else -1, why=str(e)[:500])
         return True
-    if copy is not None:
-        try: copy.send(raw); return True  # (it checks it again, forks, and answers through this server)
+    if copy is not None and copy.ready:
+        try: copy.sock.send(raw); return True  # (it checks it again, forks, and answers through this server)
         except OSError: pass  # it has just ended: forked here
     sys.stdout.flush(); sys.stderr.flush()
     pid = os.fork()
@@ -357,7 +374,8 @@ def serve(fd:int, # the server's end of the channel (a SOCK_SEQPACKET socket its
     ch = socket.socket(fileno=fd)
     if peer_uid(ch) != os.getuid(): sys.exit("ddp_nb fork server: the peer is another user")
     set_cmdline([sys.executable, '-c', 'ddp_nb fork server', f"--cluster-id={os.environ.get('IPP_CLUSTER_ID', '')}"])
-    try: _warm()
+    try:
+        with _imports_frozen(): _warm()
     except BaseException as e:  # (the kernel's engines start without it, and say why)
         _failed(ch, e)
         raise
@@ -393,7 +411,7 @@ def _serve(ch:socket.socket, # the channel to the kernel (a warm copy's: to its 
                 raw = ch.recv(MAX_MSG + 1)
                 if not raw:  # the kernel died (or closed the channel): its engines' owner watch ends the cluster
                     orphaned = server is not None and os.getppid() != server; break
-                if not _handle(ch, raw, kids, close, copy.sock if copy and copy.ready else None): asked = True; break
+                if not _handle(ch, raw, kids, close, copy): asked = True; break
     finally:
         # asked (cl.stop()): the engines are stopped, end what is left now; else give the owner watches their time
         quick = asked or bool(done)
@@ -469,7 +487,7 @@ def _warm_copy(ch:socket.socket, # its channel to the server
         _forked(close)
         set_cmdline([sys.executable, '-c', 'ddp_nb fork server', f"--cluster-id={os.environ.get('IPP_CLUSTER_ID', '')}",
                      '--warm-copy'])
-        _warm_later()
+        with _imports_frozen(): _warm_later()
         _leave_standby([ch.fileno()])  # (idle and warm: a copy of this one waits for the next kernel's cluster, if asked)
         _serve(ch, later=True, server=server)
     except BaseException as e:
@@ -709,6 +727,16 @@ def wait_exit(self:ForkServer,
     except psutil.NoSuchProcess: pass
     return None
 
+# %% ../nbs/02a1_forkserver.ipynb #2e99555b
+@patch
+def tell_env(self:ForkServer, env:dict, # variables the server (and its warm copy) adds to its environment
+            ):
+    "Tell a server started before its cluster was made the rest of the cluster's environment (its profile folder)"
+    self.env.update(check_env(dict(env)))
+    try:
+        with self._send_lock: self.sock.sendall(encode(dict(op='env', env=dict(env))))
+    except OSError: pass  # gone: the first spawn says why
+
 # %% ../nbs/02a1_forkserver.ipynb #9c982e26
 @patch
 def said(self:ForkServer) -> str:
@@ -780,7 +808,7 @@ def start_fork_server(cluster_id:str, # the cluster whose local engines it forks
     if warm:
         env.update({KEEP_WARM_ENV: f'{warm:g}', STANDBY_KEY_ENV: standby_key(env)})
         srv = from_standby(env, timeout)
-        if srv is None: env[ROOM_ENV] = ' ' * ENV_ROOM  # (the server started next leaves the standby)
+    if srv is None: env[ROOM_ENV] = ' ' * ENV_ROOM  # (room for what `tell_env` adds, and for its standby's environment)
     srv = _servers[cluster_id] = srv or ForkServer(env, '.', timeout)
     return srv
 

@@ -320,10 +320,10 @@ f._serve(socket.socket(fileno=int(sys.argv[1])))
 
 def harness(slow):
     "`HARNESS` started as a kernel starts its server, its import ahead taking `slow` s ('fail': failing): (the process, the kernel's end)"
-    from ddp_nb.forkserver import ForkServer
+    from ddp_nb.forkserver import ENV_ROOM, ROOM_ENV, ForkServer
     a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     p = subprocess.Popen([sys.executable, '-c', HARNESS, str(b.fileno()), ' ' * 300], pass_fds=[b.fileno()],
-                         env={**os.environ, 'SLOW': str(slow)}, start_new_session=True)
+                         env={**os.environ, 'SLOW': str(slow), ROOM_ENV: ' ' * ENV_ROOM}, start_new_session=True)
     b.close()
     return p, ForkServer({}, sock=a, timeout=10)
 
@@ -404,6 +404,35 @@ def test_a_failed_copy_leaves_the_server_forking(tmp_path):
         wait_until(lambda: warm_copies(p.pid) == [], 10, 'the failed copy gone')
         eng = srv.spawn(ENGINE_CMD + ['--stand-in'], {}, str(tmp_path), str(tmp_path / 'e.log'))
         assert parent(eng) == p.pid and srv.failure is None   # (the copy's failure is the server's log line, not the server's)
+    finally:
+        srv.close()
+        p.wait(10)
+    assert stand_ins() == []
+
+
+def test_what_the_kernel_tells_later_the_server_and_its_copy_show(tmp_path):
+    """The kernel starts the server before ipyparallel has chosen the profile folder, and tells it then: the server
+    shows it (as `ddp_nb cleanup` and `cluster_processes` read it), so does its warm copy, told later; a malformed
+    one is refused and changes nothing"""
+    from ddp_nb.forkserver import ENGINE_CMD, ROOM_ENV
+    p, srv = harness(0.5)
+    def shown(pid): return psutil.Process(pid).environ()
+    try:
+        srv.tell_env({'IPP_PROFILE_DIR': str(tmp_path)})
+        assert srv.ready.wait(30)
+        wait_until(lambda: shown(p.pid).get('IPP_PROFILE_DIR') == str(tmp_path), 10, 'the server showing the folder')
+        assert ROOM_ENV not in shown(p.pid) and shown(p.pid)['SLOW'] == '0.5'   # (the room is used, the rest kept)
+        assert srv.wait_later(30) == []
+        (copy,) = warm_copies(p.pid)
+        assert shown(copy.pid)['IPP_PROFILE_DIR'] == str(tmp_path)   # (forked after: it has it)
+        srv.tell_env({'DDP_NB_TOLD_LATER': 'yes'})
+        wait_until(lambda: all(shown(q).get('DDP_NB_TOLD_LATER') == 'yes' for q in (p.pid, copy.pid)), 10,
+                   'the server and its copy showing what was told after the copy was made')
+        got = forged(srv, encode(dict(op='env', env={'A': 1})), -1)
+        assert got is not None and got['op'] == 'refused' and 'env must map names to strings' in got['why'], got
+        assert 'A' not in shown(p.pid)
+        eng = srv.spawn(ENGINE_CMD + ['--stand-in'], {}, str(tmp_path), str(tmp_path / 'e.log'))
+        assert parent(eng) == copy.pid   # (it serves on)
     finally:
         srv.close()
         p.wait(10)
