@@ -174,6 +174,15 @@ def test_start_stop_leaks_nothing():
     assert _threads_fds() == before
 
 
+def test_a_start_that_fails_in_set_up_leaves_no_server():
+    """The fork server is started before ipyparallel's Cluster is made: a Cluster that cannot be made (a bad option)
+    ends it too, with its reader thread and channel"""
+    before = _threads_fds()
+    kids = {p.pid for p in psutil.Process().children()}
+    with pytest.raises(Exception, match='profile_dir'): DDPCluster(n=1, profile_dir=12345).start()
+    assert {p.pid for p in psutil.Process().children()} - kids == set() and _threads_fds() == before
+
+
 def test_switch_off(monkeypatch):
     c = DDPCluster(n=1, fork_server=False).start()
     try:
