@@ -11,13 +11,14 @@ from importlib.metadata import version, PackageNotFoundError
 log = logging.getLogger('ddp_nb.compat_ipp')
 
 # %% auto #0
-__all__ = ['log', 'tested_versions', 'min_versions', 'OUTPUT_MSGS', 'CompatError', 'installed', 'outside_tested', 'missing',
-           'check_versions', 'engine_uuids', 'pending_tasks', 'controller_url', 'noninteractive', 'task_futures',
-           'has_task_futures', 'task_output', 'task_name', 'supervised_view', 'record_outputs', 'task_events',
-           'engine_launchers', 'launcher_process', 'launcher_output', 'stop_sync_thread', 'engine_state_file',
-           'forget_magics', 'engine_registration_url', 'on_uncaught_error', 'plain_tracebacks', 'session_key',
-           'bind_engine_kernel', 'supervised_result', 'controller_process', 'hub_answers', 'abandon_client',
-           'ask_to_exit', 'engine_exits', 'replace_nanny_start', 'adopt_process', 'register_hearts_at_once']
+__all__ = ['log', 'tested_versions', 'min_versions', 'OUTPUT_MSGS', 'PING_AGAIN_S', 'PING_AGAIN_UP_TO', 'CompatError',
+           'installed', 'outside_tested', 'missing', 'check_versions', 'engine_uuids', 'pending_tasks',
+           'controller_url', 'noninteractive', 'task_futures', 'has_task_futures', 'task_output', 'task_name',
+           'supervised_view', 'record_outputs', 'task_events', 'engine_launchers', 'launcher_process',
+           'launcher_output', 'stop_sync_thread', 'engine_state_file', 'forget_magics', 'engine_registration_url',
+           'on_uncaught_error', 'plain_tracebacks', 'session_key', 'bind_engine_kernel', 'supervised_result',
+           'controller_process', 'hub_answers', 'abandon_client', 'ask_to_exit', 'engine_exits', 'replace_nanny_start',
+           'adopt_process', 'register_hearts_at_once']
 
 # %% ../nbs/00b_compat_ipp.ipynb #72e936ea
 tested_versions = dict(ipyparallel='9.2', IPython='9.18')  # major.minor the tests of this module ran against
@@ -432,22 +433,47 @@ def adopt_process(launcher, # an ipyparallel local process launcher that has not
     launcher._start_waiting()
 
 # %% ../nbs/00b_compat_ipp.ipynb #07a78590
+PING_AGAIN_S = 0.005  # after a heart connects: its subscription follows its handshake
+PING_AGAIN_UP_TO = 64  # hearts: beyond, the beats register them (a ping is answered by every heart; measured at 1,024
+                       # simulated engines, watching the connections cost the heart monitor more than it saved)
+
+def _ping_on_connect(hm):
+    "Ping every heart again shortly after one connects to `hm`'s ping socket (one ping for the hearts connecting meanwhile)"
+    import zmq
+    from zmq.eventloop.zmqstream import ZMQStream
+    sock = hm.ping_stream.socket
+    events = ZMQStream(sock.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED))
+    due = []
+    def again():
+        due.clear()
+        hm.ping_stream.send(str(hm.lifetime).encode('ascii'))  # (the current ping's: an answer counts as one to it)
+        hm.ping_stream.flush()
+    def connected(_):
+        if len(hm.hearts) >= PING_AGAIN_UP_TO: events.stop_on_recv(); sock.disable_monitor(); return
+        if not due: due.append(hm.loop.call_later(PING_AGAIN_S, again))
+    events.on_recv(connected)
+    hm.connect_events = events  # (kept while the monitor lives)
+
 def register_hearts_at_once():
-    "In the controller: register a new engine's heart at its first answer, not at the heart monitor's next beat"
+    "In the controller: ping a heart as soon as it connects and register it at its first answer, not at the beats"
     # (ipyparallel 9.2's `HeartMonitor.beat` registers the hearts that answered the last ping, one period later). The
     # monitor runs in a process the controller forks (multiprocessing's 'fork' start method); with another start
     # method it imports the module afresh and waits for its beat, as before.
     from ipyparallel.controller.heartmonitor import HeartMonitor
-    pong = HeartMonitor.handle_pong
+    pong, start = HeartMonitor.handle_pong, HeartMonitor.start
     if getattr(pong, 'at_once', False): return
-    if not (callable(getattr(HeartMonitor, 'handle_new_hearts', None)) and 'self.responses.add(' in _source(pong)):
-        raise missing('HeartMonitor.handle_pong (adding to responses) and handle_new_hearts')
+    if not (callable(getattr(HeartMonitor, 'handle_new_hearts', None)) and 'self.responses.add(' in _source(pong)
+            and {'ping_stream', 'loop', 'lifetime'} <= set(HeartMonitor.class_trait_names())):
+        raise missing('HeartMonitor.handle_pong (adding to responses), handle_new_hearts, ping_stream, loop and lifetime')
     def handle_pong(self, msg):
         pong(self, msg)
         h = msg[0]  # (this heart only: a pong per engine per beat must not cost a pass over every engine)
         if h in self.responses and h not in self.hearts: self.handle_new_hearts({h})
+    def start_pinging_new(self):
+        start(self)
+        _ping_on_connect(self)
     handle_pong.at_once = True
-    HeartMonitor.handle_pong = handle_pong
+    HeartMonitor.handle_pong, HeartMonitor.start = handle_pong, start_pinging_new
 
 # %% ../nbs/00b_compat_ipp.ipynb #6f2e90b5
 check_versions()
