@@ -4,10 +4,10 @@
 
 # %% ../nbs/02a1_forkserver.ipynb #a54ab2da
 from __future__ import annotations
-import contextlib, fcntl, gc, hashlib, json, logging, os, select, signal, socket, subprocess, sys, threading, time, traceback
+import fcntl, hashlib, json, logging, os, select, signal, socket, subprocess, sys, threading, time, traceback
 import psutil
 from fastcore.basics import patch
-from .processes import CONTROLLER_CMD, ENGINE_CMD, OWNER_ENV, rank_dir
+from .processes import CONTROLLER_CMD, ENGINE_CMD, OWNER_ENV, imports_frozen, rank_dir
 from .compat_ipp import adopt_process, replace_nanny_start
 
 # what is swallowed goes here, at DEBUG: logging.getLogger('ddp_nb').setLevel('DEBUG') shows it
@@ -27,7 +27,7 @@ FORK_SERVER_ENV = 'DDP_NB_FORK_SERVER'  # '0': local engines start as before, ea
 MAX_MSG = 1 << 16  # bytes a message may have, either way (within a socket's default buffer)
 # read when torch, OpenMP, BLAS or Python load: a fork server serves only engines whose values equal its own
 IMPORT_ENV = ('OMP_', 'KMP_', 'GOMP_', 'MKL_', 'OPENBLAS_', 'LD_', 'PYTHON', 'MALLOC_', 'TORCH_', 'PYTORCH_')
-# (the cyclic GC off from the first import: see `_imports_frozen`)
+# (the cyclic GC off from the first import: see `imports_frozen`)
 SERVE_CMD = [sys.executable, '-c', 'import gc, sys; gc.disable(); from ddp_nb.forkserver import serve; serve(int(sys.argv[1]))']
 TITLE_ROOM = 2048  # bytes of command line the server keeps, so that each engine can show its own (`set_cmdline`)
 
@@ -220,15 +220,6 @@ def prefork_nanny(timeout:float=60, # seconds the engine waits for its nanny's a
     replace_nanny_start(start_nanny)
 
 # %% ../nbs/02a1_forkserver.ipynb #41036491
-@contextlib.contextmanager
-def _imports_frozen():
-    "Import without the cyclic GC (it took a sixth of a cold start's imports), then freeze what was imported"
-    # (the engines forked later never scan those objects: their pages stay shared, their collections stay short; the
-    # few thousand cycles left by the imports stay too, once, shared)
-    gc.disable()
-    try: yield
-    finally: gc.freeze(); gc.enable()
-
 def _warm():
     "What every engine imports, imported once in the server: torch, ipyparallel's engine, ddp_nb's rank side"
     from ddp_nb.processes import recorder_env
@@ -375,7 +366,7 @@ def serve(fd:int, # the server's end of the channel (a SOCK_SEQPACKET socket its
     if peer_uid(ch) != os.getuid(): sys.exit("ddp_nb fork server: the peer is another user")
     set_cmdline([sys.executable, '-c', 'ddp_nb fork server', f"--cluster-id={os.environ.get('IPP_CLUSTER_ID', '')}"])
     try:
-        with _imports_frozen(): _warm()
+        with imports_frozen(): _warm()
     except BaseException as e:  # (the kernel's engines start without it, and say why)
         _failed(ch, e)
         raise
@@ -487,7 +478,7 @@ def _warm_copy(ch:socket.socket, # its channel to the server
         _forked(close)
         set_cmdline([sys.executable, '-c', 'ddp_nb fork server', f"--cluster-id={os.environ.get('IPP_CLUSTER_ID', '')}",
                      '--warm-copy'])
-        with _imports_frozen(): _warm_later()
+        with imports_frozen(): _warm_later()
         _leave_standby([ch.fileno()])  # (idle and warm: a copy of this one waits for the next kernel's cluster, if asked)
         _serve(ch, later=True, server=server)
     except BaseException as e:

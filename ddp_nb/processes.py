@@ -4,7 +4,7 @@
 
 # %% ../nbs/00d_processes.ipynb #7e55bdc9
 from __future__ import annotations
-import os, re, select, stat, sys, tempfile, threading, time
+import contextlib, gc, os, re, select, stat, sys, tempfile, threading, time
 from pathlib import Path
 import psutil
 from .core import cluster_owner
@@ -14,7 +14,8 @@ from .host import pid_alive
 __all__ = ['OWNER_ENV', 'RANK_FILE', 'ENGINE_CMD', 'CONTROLLER_CMD', 'owner_token', 'owner_alive', 'wait_for_exit',
            'cluster_processes', 'cluster_members', 'cluster_procs', 'kill_procs', 'cluster_files', 'end_cluster',
            'rank_dir', 'private_file', 'write_private', 'rank_files', 'remove_rank_files', 'stale_files',
-           'sweep_stale_files', 'start_owner_watch', 'recorder_env', 'engine_main', 'controller_main', 'watch_owner']
+           'sweep_stale_files', 'start_owner_watch', 'recorder_env', 'engine_main', 'imports_frozen', 'controller_main',
+           'watch_owner']
 
 # %% ../nbs/00d_processes.ipynb #21438bbf
 OWNER_ENV = 'DDP_NB_OWNER'  # 'pid:start time' of the process whose exit ends the cluster; '' for a persistent cluster
@@ -262,12 +263,20 @@ def engine_main():
     threading.Thread(target=_warm_import, daemon=True, name='ddp_nb-warm-import').start()
     ipp_engine_main()
 
+@contextlib.contextmanager
+def imports_frozen():
+    "Import without the cyclic GC (a sixth of torch's cold import), then freeze what was imported (`gc.freeze`)"
+    # (processes forked later never scan those objects: their pages stay shared, their collections stay short; the
+    # few thousand cycles the imports leave stay too, once, shared)
+    gc.disable()
+    try: yield
+    finally: gc.freeze(); gc.enable()
+
 def controller_main():
     "Run the ipyparallel controller, ending the cluster when its owner is gone, registering new engines at once"
-    import gc
-    from ipyparallel.controller.app import main as ipp_controller_main
-    from ddp_nb.compat_ipp import CompatError, register_hearts_at_once
-    gc.freeze(); gc.enable()  # (imported without the cyclic GC, see `CONTROLLER_CMD`: its schedulers, forked, share them)
+    with imports_frozen():  # (its schedulers, forked, share them; `CONTROLLER_CMD` has the GC off from the first import)
+        from ipyparallel.controller.app import main as ipp_controller_main
+        from ddp_nb.compat_ipp import CompatError, register_hearts_at_once
     start_owner_watch()
     try: register_hearts_at_once()
     except CompatError as e: print(f"ddp_nb: engines register at the heart monitor's beat: {e}", file=sys.stderr)
