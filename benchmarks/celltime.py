@@ -1,5 +1,6 @@
 """Where a warm `%%px` cell's time goes, 1 and 2 ranks: the kernel's own round trip, ddp_nb's `%%px` layer, and
-ipyparallel's hops to the ranks and back, read from ipyparallel's own timestamps.
+the hops to the ranks and back (by the cell route, and through ipyparallel's controller), read from ipyparallel's own
+timestamps.
 
     python -m benchmarks.celltime [--cells 30]"""
 import argparse, json
@@ -12,7 +13,14 @@ PROBE = r'''
 import json, time, statistics as _st
 from dateutil.parser import isoparse as _iso
 def _d(x): return _iso(x) if isinstance(x, str) else x
-def _hops(n):
+def _hops(n, controller=False):
+    from ddp_nb.compat_ipp import wrap_view_socket
+    from ddp_nb.route import RouteSocket
+    if controller: wrap_view_socket(cl._view, lambda s: s.controller)  # (ipyparallel's way, for this measurement)
+    try: return _timed(n)
+    finally:
+        if controller: wrap_view_socket(cl._view, lambda s: RouteSocket(cl._route, s))
+def _timed(n):
     sent, run, back, total = [], [], [], []
     for _ in range(n):
         t = time.perf_counter(); ar = cl._view.execute(CODE, silent=False, block=False); ar.get(); ar.wait_for_output()
@@ -47,6 +55,8 @@ def _measure(n_ranks: int, cells: int) -> dict:
         passes = [cell(k, "pass")[0] for _ in range(cells)]
         pxs = [cell(k, "%%px\n" + CODE)[0] for _ in range(cells)]
         h = json.loads(cell(k, "print(json.dumps(_hops(%d)))" % cells)[1].strip().splitlines()[-1])
+        ctl = json.loads(cell(k, "print(json.dumps(_hops(%d, controller=True)))" % cells)[1].strip().splitlines()[-1])
+        h.update({f'{k}_ctl': v for k, v in ctl.items()})
         cell(k, "cl.stop()")
     finally: k.close()
     return dict(h, kernel=1e3 * med(passes), cell_px=1e3 * med(pxs))
@@ -60,11 +70,16 @@ def run(cells: int = 30, sizes=(1, 2)) -> str:
     rows = [row('a `%%px` cell, request → idle (as in the table above)', 'cell_px'),
             row('a `pass` cell in the same kernel: Jupyter\'s own round trip', 'kernel', 'every side of section 14 pays it'),
             row('the `%%px` call inside the kernel', 'px', "ddp_nb's magic, supervision and output over ipyparallel's execute"),
-            row('of it, ipyparallel\'s execute and output, sent → answer received', 'view', ''),
-            row('sent → a rank starts it (kernel → controller → engine)', 'sent', 'the slowest rank'),
-            row('the rank runs it (ipykernel\'s execute request)', 'run', ''),
+            row('of it, ipyparallel\'s execute and output, sent → answer received', 'view', 'by the cell route'),
+            row('sent → a rank starts it (kernel → engine)', 'sent', 'the slowest rank'),
+            row('the rank runs it (its kernel\'s `do_execute`)', 'run', ''),
             row('of which IPython runs the cell itself (`run_cell`, with ddp_nb\'s hooks)', 'cell', ''),
-            row('answer → received by the kernel (engine → controller → kernel)', 'back', '')]
+            row('answer → received by the kernel (engine → kernel)', 'back', ''),
+            row('the same execute through ipyparallel\'s controller instead, sent → answer received', 'view_ctl',
+                'ipyparallel\'s way: every request and reply relayed, the engine\'s busy, input and idle messages'),
+            row('sent → a rank starts it (kernel → controller → engine)', 'sent_ctl', ''),
+            row('the rank runs it (ipykernel\'s execute request)', 'run_ctl', ''),
+            row('answer → received by the kernel (engine → controller → kernel)', 'back_ctl', '')]
     over = {n: m[n]['cell_px'] - m[n]['kernel'] for n in sizes}
     return ("#### Where a warm cell's time goes\n\n"
             f"One kernel and cluster per size, {cells} cells each, medians; the hops from ipyparallel's own timestamps "

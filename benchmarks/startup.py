@@ -127,7 +127,7 @@ def run(rounds=5, n=2, cells=30):
               "(*set-up*), starts the controller and imports what its first calls to the engines need (*client imports*); "
               "*engines launched* waits for the server's imports, then its forks; "
               "*registration* is the forked engines' own start until the controller has them (at their first heartbeat); "
-              "the rest is the first calls: the engines' facts, the process group, the dashboard.\n\n"
+              "the rest is the first calls: the engines' facts, the process group, the cell route, the dashboard.\n\n"
             + phase_table(S['phases'])
             + "\n\nThe same with `fork_server=False` (each engine a new Python, its torch imported in the background):\n\n"
             + phase_table(S['popen_phases'])

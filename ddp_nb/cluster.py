@@ -10,7 +10,8 @@ from fastcore.basics import patch
 from .core import Phases, Rank, RankState, agree, engine_count, make_cluster_id, name_ranks, pick_backend
 from .host import local_cpus, local_gpus
 from .processes import cluster_procs, kill_procs, remove_rank_files
-from .compat_ipp import abandon_client, session_key, stop_sync_thread
+from .compat_ipp import CompatError, abandon_client, engine_uuids, session_key, stop_sync_thread, wrap_view_socket
+from .route import Route, RouteSocket
 from . import rank
 from .report import batch_interval, connect as connect_reporter
 from .ranks import RankSet, push
@@ -68,7 +69,7 @@ class DDPCluster:
         self.ipp_kwargs, self.fork_server, self.keep_warm = ipp_kwargs, fork_server, keep_warm
         self.persistent, self.port, self.per_host, self.attached = persistent, port, n, False
         self.cluster_id = self.start_time = self.start_phases = self.master_addr = self.master_port = None
-        self._ipp = self._rc = self._view = self._fin = self._collector = self._history = self._dash = None
+        self._ipp = self._rc = self._view = self._route = self._fin = self._collector = self._history = self._dash = None
         # _outside: the message once stopped outside this notebook
         self._ranks, self._sup, self._outside = RankSet(None), None, None
         self.grace = 2.0  # seconds the other ranks get to finish after one fails, before they count as stuck (ended)
@@ -116,7 +117,20 @@ def _form_group(self:DDPCluster,
     self.backend, self.master_addr, self.master_port = g['backend'], g['master_addr'], g['master_port']
     self._view = self._rc.direct_view(self._ranks.engine_ids())
     self._view.block = True
+    with ph('cell route'): self._route_cells()
     watch_exits(self._ipp)  # how an engine died, for error messages
+
+@patch
+def _route_cells(self:DDPCluster):
+    "Send the view's cells straight to the ranks on this host (`route.Route`); the others' through the controller"
+    try: self._route = self._route or Route(self._rc)
+    except CompatError as e:
+        print(f"ddp_nb: every cell goes through the controller: {e}", file=sys.stderr)
+        return
+    uuids, rs = engine_uuids(self._rc), self._ranks
+    self._route.use({uuids[p.engine_id]: p.facts['route'] for p in rs.plan
+                     if rs.is_local(p.rank) and isinstance(p.facts.get('route'), int) and p.engine_id in uuids})
+    wrap_view_socket(self._view, lambda s: RouteSocket(self._route, s))
 
 # %% ../nbs/02g_cluster.ipynb #69a1996b
 @patch
@@ -138,6 +152,7 @@ def stop(self:DDPCluster,
     if self._sup is not None: self._sup.active = False  # what follows ends engines: no failures to report
     try:
         if col is not None: col.listeners.clear()
+        if self._route is not None: self._route.close()  # (on the client's IO thread, before the client closes)
         if self.attached and not shutdown:
             release(self._ranks); stop_sync_thread(self._ipp)  # (stop_ipp stops it otherwise)
         else: stop_ipp(self._ipp, self.cluster_id if not self.attached or self._ipp is not None else None, self._rc)
@@ -147,6 +162,7 @@ def stop(self:DDPCluster,
     finally:
         if col is not None: col.close(); self._history = col.history
         remove_rank_files(self.cluster_id)  # what cl.where() and cl.collectives() read (this host's)
+        if self._route is not None: self._route.close(); self._route = None  # (closed already, unless interrupted)
         self._ipp = self._rc = self._collector = None
         if self._fin is not None: self._fin.cancel()
         deactivate(self, self.cluster_id)

@@ -4,7 +4,7 @@
 
 # %% ../nbs/00b_compat_ipp.ipynb #49171b13
 from __future__ import annotations
-import collections, concurrent.futures, logging, os, re, time, warnings
+import collections, concurrent.futures, logging, os, re, sys, time, warnings
 from importlib.metadata import version, PackageNotFoundError
 
 # what is swallowed goes here, at DEBUG: logging.getLogger('ddp_nb').setLevel('DEBUG') shows it
@@ -16,12 +16,14 @@ __all__ = ['log', 'tested_versions', 'min_versions', 'OUTPUT_MSGS', 'PING_AGAIN_
            'controller_url', 'noninteractive', 'task_futures', 'has_task_futures', 'task_output', 'task_name',
            'supervised_view', 'record_outputs', 'task_events', 'engine_launchers', 'launcher_process',
            'launcher_output', 'stop_sync_thread', 'engine_state_file', 'forget_magics', 'engine_registration_url',
-           'on_uncaught_error', 'plain_tracebacks', 'session_key', 'bind_engine_kernel', 'supervised_result',
-           'controller_process', 'hub_answers', 'abandon_client', 'ask_to_exit', 'engine_exits', 'replace_nanny_start',
-           'adopt_process', 'register_hearts_at_once']
+           'on_uncaught_error', 'plain_tracebacks', 'session_key', 'bind_engine_kernel', 'engine_kernel', 'kernel_turn',
+           'publish_idle', 'out_streams', 'client_loop', 'client_context', 'handle_reply', 'handle_iopub',
+           'outputs_complete', 'wrap_view_socket', 'supervised_result', 'controller_process', 'hub_answers',
+           'abandon_client', 'ask_to_exit', 'engine_exits', 'replace_nanny_start', 'adopt_process',
+           'register_hearts_at_once']
 
 # %% ../nbs/00b_compat_ipp.ipynb #72e936ea
-tested_versions = dict(ipyparallel='9.2', IPython='9.18')  # major.minor the tests of this module ran against
+tested_versions = dict(ipyparallel='9.2', IPython='9.18', ipykernel='7.4')  # major.minor the tests of this module ran against
 min_versions = dict(ipyparallel='8.6')  # the lower bounds in settings.ini
 
 class CompatError(RuntimeError):
@@ -297,6 +299,84 @@ def bind_engine_kernel() -> str: # the kernel's connection file, for `jupyter co
     ipyparallel.bind_kernel()
     try: return IPEngine.instance().kernel_app.abs_connection_file
     except AttributeError: raise missing('IPEngine.kernel_app.abs_connection_file') from None
+
+# %% ../nbs/00b_compat_ipp.ipynb #541e9c1b
+def engine_kernel():
+    "This process's ipyparallel engine kernel; None outside an engine"
+    # (`get_ipython().kernel`: an `ipyparallel.engine.kernel.IPythonParallelKernel`, tested with ipyparallel 9.2)
+    try: from IPython import get_ipython
+    except ImportError: return None
+    k = getattr(get_ipython(), 'kernel', None)
+    return k if type(k).__module__.startswith('ipyparallel.') else None
+
+def kernel_turn(k, # an engine's kernel (`engine_kernel`)
+               ):
+    "The asyncio lock the kernel holds while it handles a shell message: one at a time, in order"
+    # (`Kernel._main_asyncio_lock`, tested with ipykernel 7.4)
+    try: return k._main_asyncio_lock
+    except AttributeError: raise missing('Kernel._main_asyncio_lock', 'ipykernel') from None
+
+def publish_idle(k, # an engine's kernel, handling a request (`Kernel.set_parent`)
+                ):
+    "Publish the request's idle status on IOPub: every output of it was sent before"
+    # (`Kernel._publish_status`, tested with ipykernel 7.4)
+    try: k._publish_status('idle', 'shell')
+    except AttributeError: raise missing('Kernel._publish_status', 'ipykernel') from None
+
+def out_streams() -> list:
+    "`sys.stdout` and `sys.stderr` where they are ipykernel's, which publish what is written on IOPub"
+    # (an `OutStream` has its IOPub thread as `pub_thread`, tested with ipykernel 7.4)
+    return [s for s in dict.fromkeys((sys.stdout, sys.stderr)) if hasattr(s, 'pub_thread')]
+
+# %% ../nbs/00b_compat_ipp.ipynb #0418553f
+def client_loop(rc, # an ipyparallel Client
+               ):
+    "The event loop of the client's IO thread, where its sockets live; None once that thread ended"
+    # (`Client._io_loop` and `._io_thread`, tested with ipyparallel 9.2)
+    try: t, loop = rc._io_thread, rc._io_loop
+    except AttributeError: raise missing('Client._io_loop') from None
+    return loop if t is not None and t.is_alive() else None
+
+def client_context(rc) -> 'zmq.Context': # the zmq context of the client's sockets
+    "The client's zmq context"
+    # (`Client._context`, tested with ipyparallel 9.2)
+    try: return rc._context
+    except AttributeError: raise missing('Client._context') from None
+
+def handle_reply(rc, # an ipyparallel Client
+                 msg:dict, # a reply to a task of `rc`, unpacked (`Session.deserialize`)
+                ):
+    "Handle `msg` as the client handles a task's reply from the controller: the task's result and future"
+    # (`Client._queue_handlers`, tested with ipyparallel 9.2)
+    try: handlers = rc._queue_handlers
+    except AttributeError: raise missing('Client._queue_handlers') from None
+    handlers[msg['header']['msg_type']](msg)
+
+def handle_iopub(rc, # an ipyparallel Client
+                 msg:dict, # an IOPub message of a task of `rc`, unpacked (`Session.deserialize`)
+                ):
+    "Handle `msg` as the client handles one from IOPub: the task's outputs, and the engine that runs it"
+    # (`Client._dispatch_iopub`, its undecorated function: the frames are unpacked already; tested with ipyparallel 9.2)
+    f = getattr(type(rc)._dispatch_iopub, '__wrapped__', None)
+    if f is None: raise missing('Client._dispatch_iopub')
+    f(rc, msg)
+
+def outputs_complete(rc, # an ipyparallel Client
+                     msg_id:str, # a task of `rc` whose outputs are all in (it published none)
+                    ):
+    "Tell the client the task's outputs are complete, as the engine's idle status on IOPub does"
+    # (`Client._output_futures`, tested with ipyparallel 9.2)
+    try: f = rc._output_futures.get(msg_id)
+    except AttributeError: raise missing('Client._output_futures') from None
+    if f is not None and not f.done(): f.set_result(None)
+
+def wrap_view_socket(view, # an ipyparallel DirectView
+                     wrap, # called with the socket the view sends its tasks through; returns the one it sends through now
+                    ):
+    "Make `view` send its tasks through `wrap(its socket)`"
+    # (`View._socket`, a ZMQStream to the controller, tested with ipyparallel 9.2)
+    if not hasattr(view, '_socket'): raise missing('View._socket')
+    view._socket = wrap(view._socket)
 
 # %% ../nbs/00b_compat_ipp.ipynb #f3a91c41
 _result_classes = {}  # an AsyncResult class -> its supervised subclass

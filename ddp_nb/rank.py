@@ -10,6 +10,7 @@ from .core import Rank, iface_of, name_ranks, rank_device, stack_file
 from .processes import private_file, rank_dir
 from .host import host_identity, local_ipv4, route_source
 from .compat_ipp import engine_registration_url, plain_tracebacks
+from .route import open_route
 from .context import RankInfo, ctx, rank_info
 from .report import report  # torch, and compat_torch (which imports it), are imported inside the functions
 
@@ -38,7 +39,7 @@ def _controller_host() -> str|None:
 def engine_info(peer:str|None=None, # where the notebook reaches the controller (used when this is not an engine)
                ) -> dict:
     "Facts about this process: host, pid, visible GPUs, usable cores, versions, interfaces"
-    # and the address it reaches the controller from
+    # and the address it reaches the controller from; on an engine, the port of its cell route (`route.open_route`)
     import torch
     n_gpus = torch.cuda.device_count()
     return dict(host=host_name(), hostname=host_name(), host_key=host_identity(), pid=os.getpid(), n_gpus=n_gpus,
@@ -46,7 +47,7 @@ def engine_info(peer:str|None=None, # where the notebook reaches the controller 
                 # str(): a TorchVersion makes the notebook import torch
                 python=sys.version.split()[0], torch=str(torch.__version__), torch_cuda=torch.version.cuda,
                 nvidia_driver=os.path.exists('/proc/driver/nvidia/version'),
-                addrs=local_ipv4(), addr=route_source(_controller_host() or peer))
+                addrs=local_ipv4(), addr=route_source(_controller_host() or peer), route=open_route())
 
 # %% ../nbs/01b_rank.ipynb #c60df8fa
 NET_VARS = ('GLOO_SOCKET_IFNAME', 'NCCL_SOCKET_IFNAME')
