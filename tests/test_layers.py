@@ -9,6 +9,7 @@ from conftest import ROOT, run
 # the kernel side may also name rank-side functions (to send them by reference), never the other way round.
 LAYERS = {
     'core': ('shared', 0), 'host': ('shared', 1), 'compare': ('shared', 1), 'postmortem': ('shared', 2), 'profile': ('shared', 1), 'collectives': ('shared', 3), 'compat_ipp': ('shared', 1), 'compat_torch': ('shared', 2), 'processes': ('shared', 2),
+    'route': ('shared', 2),  # the cell route: the engine's end (rank side) and the notebook's (kernel side)
     'context': ('rank', 3), 'report': ('rank', 4), 'rank': ('rank', 5), 'scripts': ('rank', 6), 'timing': ('rank', 5), 'sharded': ('rank', 7), 'fabric': ('rank', 3), 'digits': ('rank', 7),
     'batch': ('rank', 6), 'horovod': ('rank', 7), 'to_script': ('kernel', 8),
     'seeding': ('rank', 4), 'stopping': ('rank', 4), 'wrap': ('rank', 4), 'loader': ('rank', 5), 'checkpoint': ('rank', 6),

@@ -192,7 +192,12 @@ def test_two_hosts_in_network_namespaces(netns, no_leftovers):
         assert {ip for _, ip, _ in lb} <= {B_IP, '127.0.0.1'} and B_IP in {ip for _, ip, _ in lb}  # B's gloo listens on its veth
         rows = {(r['what'].split()[0], r['host']): r['address'] for r in cl.network()}  # what the user is told, checked
         assert rows == {('ipyparallel', me): A_IP, ('rendezvous', me): f'{A_IP}:{cl.master_port}', ('gloo', me): f'{IF} {A_IP}',
-                        ('gloo', B_NAME): f'{IF} {B_IP}', ('dashboard', me): cl._collector.addr.replace('tcp://', '')}, rows
+                        ('gloo', B_NAME): f'{IF} {B_IP}', ('dashboard', me): cl._collector.addr.replace('tcp://', ''),
+                        ('cell', me): ' '.join(f"127.0.0.1:{r.facts['route']}" for r in cl.ranks[:2])}, rows
+        # a cell goes by the route to A's ranks (this notebook's host), through the controller to B's
+        cl.view.execute("x = 1")
+        served = cl.view["__import__('ddp_nb.route', fromlist=['_open'])._open['served']"]
+        assert served[0] > 0 and served[1] > 0 and served[2:] == [0, 0], served
         MEASURED['listening sockets: host A (controller, engines, nannies, store, gloo, collector)'] = len(la)
         MEASURED['listening sockets: host B (engines, nannies, gloo)'] = len(lb)
 

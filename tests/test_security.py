@@ -123,3 +123,46 @@ def test_collector_takes_only_the_clusters_ranks(no_leftovers):
         assert cl._collector.ranks[0].received == cl._collector.ranks[1].received == 150   # nothing of theirs lost
         print(f"\nforger: {sent['sent']:,} messages + one 64 MiB frame; refused {cl._collector.dropped}; "
               f"kernel RSS +{(psutil.Process().memory_info().rss - rss0) / 2**20:.0f} MB")
+
+
+ROUTE_ATTACK = r'''
+import json, sys, time, zmq
+from jupyter_client.session import Session
+port, marker = int(sys.argv[1]), sys.argv[2]
+ctx = zmq.Context(); s = ctx.socket(zmq.DEALER); s.setsockopt(zmq.LINGER, 0); s.connect(f'tcp://127.0.0.1:{port}')
+code = f"open({marker!r}, 'w').write('pwned')"
+sent = 0
+for key in (b'', b'guessed', b'0' * 64):   # unsigned, and signed with keys that are not the cluster's
+    Session(key=key).send(s, 'execute_request', dict(code=code, silent=False)); sent += 1
+for frames in ([b'garbage'], [b'<IDS|MSG>', b'', b'{', b'}'], [b'<IDS|MSG>'] + [b'x' * 100] * 5):
+    s.send_multipart(frames); sent += 1
+for _ in range(2000): s.send_multipart([b'<IDS|MSG>', b'sig', b'{}', b'{}', b'{}', b'{}']); sent += 1   # a flood
+s.send(b'x' * (65 << 20)); sent += 1   # above the route's bound: the engine drops the connection unread
+got = s.poll(2000)   # nothing comes back to a stranger
+print(json.dumps(dict(sent=sent, answered=bool(got))))
+'''
+
+
+def test_cell_route_runs_only_the_clusters_cells(no_leftovers, tmp_path):
+    "A neighbour on this host connects to a rank's cell route: nothing it sends runs, is answered or shows"
+    marker = tmp_path / 'pwned'
+    with DDPCluster(n=2) as cl:
+        row = next(r for r in cl.network() if r['what'].startswith('cell routes'))
+        ports = [int(a.rsplit(':', 1)[1]) for a in row['address'].split()]
+        assert len(ports) == 2 and all(a.startswith('127.0.0.1:') for a in row['address'].split()), row
+        pid = cl.ranks[0].pid
+        rss0 = psutil.Process(pid).memory_info().rss
+        p = subprocess.run([sys.executable, '-c', ROUTE_ATTACK, str(ports[0]), str(marker)], capture_output=True,
+                           text=True, timeout=120)
+        assert p.returncode == 0, p.stderr
+        sent = json.loads(p.stdout.strip().splitlines()[-1])
+        assert sent['sent'] > 2000 and not sent['answered'], sent
+        route = lambda what: cl.view[f"__import__('ddp_nb.route', fromlist=['_open'])._open[{what!r}]"]
+        _until(lambda: route('dropped')[0] >= sent['sent'] - 1, what='every forged message counted')
+        assert not marker.exists()
+        assert psutil.Process(pid).memory_info().rss - rss0 < 200 * 2**20   # the 65 MiB message was refused unread
+        # the ranks serve their notebook's cells as before, by the route; the neighbour's note shows once, not 2,000 times
+        before = route('served')
+        ar = cl.view.execute("t = torch.ones(1); dist.all_reduce(t); print('sum', t.item())", silent=False, block=True)
+        assert [s.strip() for s in ar.stdout] == ['sum 2.0', 'sum 2.0'] and route('served') == [n + 1 for n in before]
+        assert sum(o.count('message on the cell route was dropped') for o in ar.stderr) <= 1, ar.stderr
