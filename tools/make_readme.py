@@ -85,7 +85,7 @@ def timings(path=ROOT/'benchmarks'/'results.md') -> str:
                    + '. Most of it is the one import of torch, in the fork server the engines are forked from.')
     m = re.search(r"Where a warm cell's time goes\n\n.*?\(one clock: the same host\)\. (.+?)\.\n", s2, re.S)
     if m: out.append(f"- A warm `%%px` cell ([2. Warm cell](benchmarks/results.md#{anchor(s2.splitlines()[0])})): {m.group(1)}"
-                     "; that section says how much of it is ipyparallel's hops to the ranks and back.")
+                     "; that section splits it into the hops to the ranks and back (by the cell route, and through ipyparallel's controller for comparison).")
     return '\n'.join(out) or '(the start-up and warm-cell breakdowns are not in the results file yet: `python -m benchmarks`)'
 
 
