@@ -7,8 +7,8 @@ steps wrapped here, no library change).
 
 Phases: engines launched + registered (controller and engine processes started, `await_registration`), engine facts
 read (`plan_group`: every engine imports torch and answers `engine_info`), group formed and checked (`form_group`:
-store, torchrun env, `init_process_group`, a check), collector connected (`_connect_reporters`, the dashboard's
-sockets), magics (`%%px` activated). The rounds rotate the order of k; medians; the per-engine increment is the
+store, torchrun env, `init_process_group`, a check), collector connected (the cell route's set-up, then
+`_connect_reporters`, the dashboard's sockets), magics (`%%px` activated). The rounds rotate the order of k; medians; the per-engine increment is the
 least-squares slope of the medians over k."""
 import argparse, os, time
 from contextlib import contextmanager

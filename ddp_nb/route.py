@@ -93,11 +93,11 @@ async def _run(k, sock, idents, msg, pub):
     go = k.should_handle(sock, msg, idents)  # (an aborted task is answered so, here)
     if inspect.isawaitable(go): go = await go
     if not go: return
+    _open['served'] += 1
     k.session.send(sock, 'status', {'execution_state': 'busy'}, msg, ident=idents)  # (started: not queued)
     c, md = msg['content'], k.init_metadata(msg)
     silent = c.get('silent', False)
     if not silent: k.execution_count += 1
-    _open['served'] += 1
     pub.start()
     reply = await k.do_execute(c['code'], silent, c.get('store_history', not silent), c.get('user_expressions', {}),
                                False)
@@ -192,10 +192,12 @@ def use(self:Route, ports:dict, # engine uuid -> the port of its route (engines 
 @patch
 def takes(self:Route, parts:list, # a serialized message to one engine: its uuid, then Jupyter's frames
          ) -> bool:
-    "Whether the message goes by the route: an execute request, to an engine connected, with no task pending before it"
+    "Whether the message goes by the route: an execute request, to an engine connected, with no other task pending"
     uuid = bytes(parts[0]).decode()
     if uuid not in self.ports or sum(len(p) for p in parts) > ROUTE_MAX_BYTES: return False
-    if len(pending_tasks(self.rc).get(uuid, ())) > 1: return False  # (its turn comes behind them, in order)
+    # (one sent before it: its turn comes behind it, in order; one sent after it, before this left: the controller
+    # keeps their order too)
+    if len(pending_tasks(self.rc).get(uuid, ())) > 1: return False
     return self.rc.session.unpack(bytes(parts[3])).get('msg_type') == 'execute_request'
 
 @patch

@@ -92,9 +92,10 @@ class HostB:
         for p in self.procs:
             try: procs += [psutil.Process(p.pid)] + psutil.Process(p.pid).children(recursive=True)
             except psutil.Error: pass
-        for q in procs:
-            try: q.kill()
-            except psutil.Error: pass
+        for act in ('suspend', 'kill'):  # every one frozen first: no nanny sees its engine die and tells the controller
+            for q in procs:
+                try: getattr(q, act)()
+                except psutil.Error: pass
         for p in self.procs: p.wait(10)
 
     def sockets(self, pids):
