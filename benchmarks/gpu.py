@@ -1,6 +1,6 @@
 """GPU step time: a ddp_nb rank vs `torchrun --nproc_per_node=1`, the same DDP-wrapped MLP on the same GPU (nccl).
 
-    python -m benchmarks.gpu [--rounds 3] [--windows 20] [--out FILE]      # "no GPU" where there is none
+    python -m benchmarks.gpu [--rounds 3] [--windows 60] [--window-s 0.05] [--out FILE]      # "no GPU" where there is none
     python -m benchmarks.gpu --configs 0 --no-timer                        # the launch-bound row alone
     python -m benchmarks.gpu --explain [--out FILE] [--trace-dir DIR]      # where the smallest step's time goes, each side
     as a torchrun worker: python -m benchmarks.gpu --pair-worker | --worker --explain --out FILE [--trace FILE]
@@ -90,23 +90,24 @@ def pair_build(width: int, batch: int, seed: int = 0) -> dict:
     for p in m.module.parameters(): h.update(p.detach().cpu().numpy().tobytes())
     _PAIR.update(step=step, dev=dev, cuda=dev.type == 'cuda')
     pair_window(40)   # warm-up
-    return dict(digest=h.hexdigest(), step_ms=pair_window(5))
+    return dict(digest=h.hexdigest(), step_ms=pair_window(5)[0])
 
 
-def pair_window(steps: int) -> float:
-    "On a rank: `steps` steps of the kept model, ms per step by CUDA events (wall time in the CPU rehearsal)"
+def pair_window(steps: int) -> list:
+    "On a rank: `steps` steps of the kept model; [ms per step by CUDA events (wall time in the CPU rehearsal), the process's CPU ms per step]"
     import time, torch
     step, dev = _PAIR['step'], _PAIR['dev']
     if not _PAIR['cuda']:
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         for _ in range(steps): step()
-        return (time.perf_counter() - t) / steps * 1e3
+        return [(time.perf_counter() - t) / steps * 1e3, (time.process_time() - c) / steps * 1e3]
     torch.cuda.synchronize(dev)
     a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    c = time.process_time()   # every thread of the rank: Python's, autograd's, nccl's, ddp_nb's and the engine's
     a.record()
     for _ in range(steps): step()
     b.record(); b.synchronize()
-    return a.elapsed_time(b) / steps
+    return [a.elapsed_time(b) / steps, (time.process_time() - c) / steps * 1e3]
 
 
 def worker_group():
@@ -163,11 +164,11 @@ class TorchrunSide:
         except subprocess.TimeoutExpired: self.p.kill(); self.p.wait(10)
 
 
-def paired(configs, rounds: int = 3, windows: int = 20, window_s: float = 0.25) -> dict:
+def paired(configs, rounds: int = 3, windows: int = 60, window_s: float = 0.05) -> dict:
     "Each round a new ddp_nb cluster (n=1) and a new torchrun worker, alive together; per config, windows alternate between them"
     from ddp_nb import DDPCluster
     from benchmarks import gpu as rank_side   # imported by name, so a rank keeps _PAIR between calls
-    res = {c: dict(ours=[], theirs=[], ratios=[], digests=set()) for c in configs}
+    res = {c: dict(ours=[], theirs=[], ratios=[], cpu=[], digests=set()) for c in configs}
     for r in range(rounds):
         theirs = TorchrunSide()
         try:
@@ -180,16 +181,18 @@ def paired(configs, rounds: int = 3, windows: int = 20, window_s: float = 0.25) 
                         ours_first = (r + w) % 2 == 0
                         x = cl.run(rank_side.pair_window, steps)[0] if ours_first else theirs.ask(window=steps)
                         y = theirs.ask(window=steps) if ours_first else cl.run(rank_side.pair_window, steps)[0]
-                        o, th = (x, y) if ours_first else (y, x)
+                        (o, oc), (th, tc) = (x, y) if ours_first else (y, x)
                         res[c]['ours'].append(o); res[c]['theirs'].append(th); res[c]['ratios'].append(o / th)
+                        res[c]['cpu'].append(oc / tc)
                     print(f"gpu round {r + 1}/{rounds}, width {c[0]}: ddp_nb {med(res[c]['ours'][-windows:]):.3f} ms, "
-                          f"torchrun {med(res[c]['theirs'][-windows:]):.3f} ms, ratio {med(res[c]['ratios'][-windows:]):.3f}",
+                          f"torchrun {med(res[c]['theirs'][-windows:]):.3f} ms, ratio {med(res[c]['ratios'][-windows:]):.3f} "
+                          f"(CPU per step {med(res[c]['cpu'][-windows:]):.3f})",
                           flush=True)
         finally: theirs.close()
     return res
 
 
-def run(rounds: int = 3, windows: int = 20, configs=CONFIGS, timer: bool = True) -> str:
+def run(rounds: int = 3, windows: int = 60, configs=CONFIGS, timer: bool = True, window_s: float = 0.05) -> str:
     "The GPU section, as markdown (the last GPU run's section, or 'not measured', without a GPU)"
     import torch
     if not (torch.cuda.is_available() or os.environ.get('BENCH_GPU_REHEARSAL')):
@@ -197,14 +200,14 @@ def run(rounds: int = 3, windows: int = 20, configs=CONFIGS, timer: bool = True)
         return last.read_text().rstrip() if last.exists() else f"{HEAD}\n\nNot measured in this run: this machine has no GPU."
     # A launch-bound step's time varies by ±20% from one process to the next and from one second to the next: both
     # sides stay alive together and take turns, so each pair of windows sees the same machine at the same time.
-    res = paired(configs, rounds, windows)
+    res = paired(configs, rounds, windows, window_s)
     rows = []
     for (w, b), v in res.items():
         q = sorted(v['ratios'])
         m = med(q)
         rows.append([f"MLP width {w}, batch {b}", f"{med(v['ours']):.3f}", f"{med(v['theirs']):.3f}",
                      f"**{m:.3f}**" + ('' if 0.98 <= m <= 1.02 else ' (missed)'), f"{q[len(q) // 4]:.3f}–{q[3 * len(q) // 4]:.3f}",
-                     'yes' if len(v['digests']) == 1 else '**no**'])
+                     f"{med(v['cpu']):.3f}", 'yes' if len(v['digests']) == 1 else '**no**'])
     if timer:
         from ddp_nb import DDPCluster
         with DDPCluster(n=1) as cl: tc = [cl.run(timed_steps)[0] for _ in range(rounds)]
@@ -212,11 +215,11 @@ def run(rounds: int = 3, windows: int = 20, configs=CONFIGS, timer: bool = True)
     return (f"{HEAD}\n\n{name}, torch {torch.__version__} (CUDA {torch.version.cuda}), one rank on nccl. The same DDP-wrapped "
             "3-layer MLP, seeds and data (on the GPU) on both sides. Each round starts a new ddp_nb cluster and a new "
             "`torchrun --nproc_per_node=1` worker; both stay alive and take turns on the GPU, a window of steps each "
-            f"(about 0.25 s, timed by CUDA events), {windows} windows a side per model, {rounds} rounds. The ratio is ddp_nb's "
-            "window over the torchrun window next to it: median and middle half over every pair (goal 0.98–1.02). "
-            "Weights compared after 10 steps.\n\n"
+            f"(about {window_s:g} s, timed by CUDA events), {windows} windows a side per model, {rounds} rounds. The ratio is ddp_nb's "
+            "window over the torchrun window next to it: median and middle half over every pair (goal 0.98–1.02); the CPU "
+            "ratio is the same over the processes' CPU time per step (all their threads). Weights compared after 10 steps.\n\n"
             + table(['model', 'ddp_nb ms/step', 'torchrun ms/step', 'ratio (paired windows)', 'middle half of the pairs',
-                     'bit-identical weights'], rows)
+                     'CPU per step (paired)', 'bit-identical weights'], rows)
             + ("\n\n" + timer_section(tc) if timer else ''))
 
 
@@ -239,6 +242,27 @@ def timer_section(res: list) -> str:
 
 
 # ---- where the launch-bound step's time goes, on each side (issue #26: the 1-rank ratio 0.798 at the smallest step)
+def thread_cpu() -> dict:
+    "This process's threads: native id -> (name, ms on a CPU so far), from /proc (schedstat: nanoseconds, not ticks)"
+    out = {}
+    for tid in os.listdir('/proc/self/task'):
+        try:
+            with open(f'/proc/self/task/{tid}/comm') as c, open(f'/proc/self/task/{tid}/schedstat') as t:
+                out[int(tid)] = (c.read().strip(), int(t.read().split()[0]) / 1e6)
+        except (OSError, ValueError): pass   # a thread that ended meanwhile, or a kernel without schedstat
+    return out
+
+
+def threads_per_step(before: dict, after: dict, steps: int) -> dict:
+    "CPU ms a step between two `thread_cpu` reads, as this thread ('python'), autograd's threads and all the others"
+    import threading
+    me, out = threading.get_native_id(), dict(python=0., autograd=0., other=0.)
+    for tid, (name, ms) in after.items():
+        k = 'python' if tid == me else 'autograd' if name.startswith('pt_autograd') else 'other'
+        out[k] += (ms - before.get(tid, (name, 0.))[1]) / steps
+    return out
+
+
 def side_facts() -> dict:
     "What in this process can change a launch-bound step's CPU time: threads, affinity, env, tracing, GC, allocator"
     import gc, os, sys, threading, torch   # (imports here: a rank runs this function in its own namespace)
@@ -264,10 +288,11 @@ def explain_steps(width: int = 1024, batch: int = 64, steps: int = 300, prof_ste
     for _ in range(50): step()
     sync()
     if cuda: a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True); a.record()
-    t0, c0 = time.perf_counter(), time.thread_time()
+    t0, c0, th0 = time.perf_counter(), time.thread_time(), thread_cpu()
     for _ in range(steps): step()
     launch_ms, cpu_ms = (time.perf_counter() - t0) / steps * 1e3, (time.thread_time() - c0) / steps * 1e3
     if cuda: b.record(); b.synchronize()
+    threads = threads_per_step(th0, thread_cpu(), steps)   # (the drain after the loop is 0.1 ms: the GPU never holds it back)
     gpu_ms = a.elapsed_time(b) / steps if cuda else launch_ms
     phases = dict(forward=0., backward=0., optimizer=0.)
     for _ in range(steps): step(phases)   # CPU wall per phase (no sync: what the Python thread spends enqueueing)
@@ -283,7 +308,7 @@ def explain_steps(width: int = 1024, batch: int = 64, steps: int = 300, prof_ste
         ops.append(dict(name=e.key, calls=e.count / prof_steps, self_cpu_us=e.self_cpu_time_total / prof_steps,
                         self_gpu_us=dev_us / prof_steps))
     ops.sort(key=lambda o: -o['self_cpu_us'])
-    return dict(width=width, batch=batch, steps=steps, gpu_ms=gpu_ms, launch_ms=launch_ms, cpu_ms=cpu_ms,
+    return dict(width=width, batch=batch, steps=steps, gpu_ms=gpu_ms, launch_ms=launch_ms, cpu_ms=cpu_ms, threads_ms=threads,
                 phases_ms={k: v / steps * 1e3 for k, v in phases.items()}, ops=ops[:40],
                 cpu_us_total=sum(o['self_cpu_us'] for o in ops), gpu_us_total=sum(o['self_gpu_us'] for o in ops))
 
@@ -343,7 +368,9 @@ def explain_section(res: dict, same: dict) -> str:
         g = med([r['gpu_ms'] for r in rs])
         ph = {k: med([r['phases_ms'][k] for r in rs]) for k in ('forward', 'backward', 'optimizer')}
         rows.append([name, f"{g:.3f}", f"**{g / base:.3f}**", f"{med([r['launch_ms'] for r in rs]):.3f}",
-                     f"{med([r['cpu_ms'] for r in rs]):.3f}", ' / '.join(f"{v:.3f}" for v in ph.values()),
+                     f"{med([r['cpu_ms'] for r in rs]):.3f}",
+                     ' / '.join(f"{med([r['threads_ms'][k] for r in rs]):.3f}" for k in ('python', 'autograd', 'other')),
+                     ' / '.join(f"{v:.3f}" for v in ph.values()),
                      f"{med([r['cpu_us_total'] for r in rs]) / 1e3:.3f}", f"{med([r['gpu_us_total'] for r in rs]) / 1e3:.3f}"])
     a, t = res['ddp_nb'][0], res['torchrun'][0]
     top = {o['name']: o for o in a['ops']}
@@ -359,9 +386,12 @@ def explain_section(res: dict, same: dict) -> str:
     return ("#### Where the smallest step's time goes (`python -m benchmarks.gpu --explain`)\n\n"
             f"MLP width {a['width']}, batch {a['batch']}: {a['steps']} steps a measurement, {len(res['ddp_nb'])} alternating rounds, "
             "medians. *launch* is the Python thread's wall time per step with no synchronisation (what enqueueing a step costs); "
-            "*thread CPU* its CPU time; the phases are CPU wall times; profiler totals are self times summed over every op. "
+            "*thread CPU* its CPU time; *CPU by thread* the CPU time a step of the Python thread, the autograd engine's threads "
+            "(the backward pass, which the Python thread waits for) and every other thread of the process; the phases are CPU "
+            "wall times; profiler totals are self times summed over every op. "
             f"ddp_nb's env given to torchrun in the last row: {same}.\n\n"
             + table(['side', 'GPU-event ms/step', 'vs torchrun', 'launch ms/step', 'thread CPU ms/step',
+                     'CPU by thread: Python / autograd / other ms',
                      'forward / backward / optimizer ms', 'profiler CPU ms/step', 'profiler GPU ms/step'], rows)
             + "\n\nThe ops whose CPU time differs most (first round, µs per step):\n\n"
             + table(['op', 'calls/step', 'ddp_nb CPU µs', 'torchrun CPU µs', 'ddp_nb GPU µs', 'torchrun GPU µs'], ops)
@@ -371,7 +401,9 @@ def explain_section(res: dict, same: dict) -> str:
 def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument('--rounds', type=int, default=3)
-    ap.add_argument('--windows', type=int, default=20, help="windows of steps a side, per model and round")
+    ap.add_argument('--windows', type=int, default=60, help="windows of steps a side, per model and round")
+    # short windows, many of them: a pair's ratio spreads ±15% at the launch-bound step whatever the window's length
+    ap.add_argument('--window-s', type=float, default=0.05, help="seconds of steps a window (at least 5 steps)")
     ap.add_argument('--out', default=None)
     ap.add_argument('--worker', action='store_true')
     ap.add_argument('--explain', action='store_true')
@@ -386,7 +418,7 @@ def main(argv=None):
     if a.worker: return explained_worker(a.out, a.trace)
     t0 = time.time()
     text = (explain(a.rounds, a.trace_dir) if a.explain else
-            run(a.rounds, a.windows, configs, timer=not a.no_timer))
+            run(a.rounds, a.windows, configs, timer=not a.no_timer, window_s=a.window_s))
     text = f"Machine: {machine()}  \nCommand: `python -m benchmarks.gpu` ({time.time() - t0:.0f} s, {time.strftime('%Y-%m-%d')}).\n\n{text}\n"
     if a.out: Path(a.out).write_text(text)
     print(text)

@@ -30,6 +30,7 @@ def test_gpu_benchmark_rehearsal(tmp_path, no_leftovers):
     row = next(l for l in out.read_text().splitlines() if l.startswith('| MLP width 1024, batch 64 |'))
     cells = [c.strip() for c in row.strip('|').split('|')]
     assert float(cells[1]) > 0 and float(cells[2]) > 0, row + shown(r)   # both sides timed their windows
+    assert 0.2 < float(cells[5]) < 5, row + shown(r)   # and their CPU time per step, paired
     assert cells[-1] == 'yes', row + shown(r)   # the same weights after 10 steps on both sides
 
 
