@@ -11,8 +11,8 @@ from .processes import rank_dir, write_private
 
 # %% auto #0
 __all__ = ['is_cell', 'source_line', 'to_records', 'records', 'current', 'collectives_file', 'write_records', 'ring_size',
-           'install', 'writer_stats', 'uninstall', 'read_records', 'fingerprint', 'describe_record', 'nth',
-           'desync_report', 'CollectivesTable', 'collectives_table', 'set_debug']
+           'install', 'writer_stats', 'uninstall', 'read_records', 'collectives_moved', 'fingerprint',
+           'describe_record', 'nth', 'desync_report', 'CollectivesTable', 'collectives_table', 'set_debug']
 
 # %% ../nbs/00h_collectives.ipynb #c3100007
 _DTYPES = dict(Float='float32', Double='float64', Half='float16', BFloat16='bfloat16', Long='int64', Int='int32',
@@ -114,8 +114,9 @@ def write_records(path:str, # the file; written atomically (a reader never sees 
     write_private(path, json.dumps(d))
 
 class _Writer(threading.Thread):
-    "Polls the groups' sequence numbers and status every `poll` s, and writes the records"
-    # (when they stalled, and every `every` s while they move)
+    "Polls the groups' sequence numbers and status every `poll` s, writes the records, and dates the file by the last move"
+    # (writes when they stalled, and every `every` s while they move; the file's mtime is when they last moved, for
+    # the watchdog: a cell issuing collectives is making progress, with or without reports)
     def __init__(self, path, poll, every, last, stall=1.0):
         super().__init__(daemon=True, name='ddp_nb-collectives')
         (self.path, self.poll, self.every, self.last, self.stall,
@@ -128,10 +129,15 @@ class _Writer(threading.Thread):
             try:
                 st = (issued_per_group(), flight_recorder_dump(stacks=False, collectives=False).get('pg_status'))
                 now = time.monotonic()
-                if st != prev: t_changed = now
-                # stalled for `stall` s (not between two cells: a write holds the GIL ~7 ms), or time for a fresh copy
-                if st != written and ((st == prev and now - t_changed >= self.stall) or now - t_written > self.every):
+                if st != prev: t_changed, wall_changed = now, time.time()
+                moved = st != prev and prev is not None   # (the first look is no move: the count before this writer)
+                # stalled for `stall` s (not between two cells: a write holds the GIL ~7 ms), or time for a fresh copy,
+                # or the first move (so there is a file to date)
+                first = moved and not os.path.exists(self.path)
+                if st != written and ((st == prev and now - t_changed >= self.stall) or now - t_written > self.every or first):
                     write_records(self.path, self.last, st[1]); written, t_written = st, time.monotonic(); self.writes += 1
+                    moved = True
+                if moved: os.utime(self.path, (wall_changed, wall_changed))
                 prev = st
             except Exception as e:
                 print(f"ddp_nb.collectives: cannot write {self.path}: {e}", file=sys.__stderr__); return
@@ -190,6 +196,16 @@ def read_records(cluster_id:str, # the cluster's id
         except (OSError, ValueError): d = {}
         d = d or dict(records=None, time=None, pid=None, status=None)
         out[r] = d if meta else d['records']
+    return out
+
+def collectives_moved(cluster_id:str, # the cluster's id
+                      ranks:list, # the ranks (ints) on this host
+                     ) -> dict: # rank -> time.time() of its last new collective; None without a file
+    "When each rank last issued a collective (its writer dates its records file by that), to within its poll"
+    out, folder = {}, rank_dir(create=False)
+    for r in ranks:
+        try: out[r] = os.stat(collectives_file(cluster_id, r, folder)).st_mtime if folder else None
+        except OSError: out[r] = None
     return out
 
 # %% ../nbs/00h_collectives.ipynb #c3100013

@@ -11,7 +11,7 @@ from fastcore.basics import patch
 from .core import RankState, agree, name_ranks, rank_ranges, stack_file
 from .processes import rank_dir
 from .compat_ipp import supervised_result, supervised_view, task_name
-from .collectives import desync_report, read_records
+from .collectives import collectives_moved, desync_report, read_records
 from . import rank
 from .ranks import RankSet, clean_traceback
 
@@ -320,6 +320,7 @@ class Watch:
         self.first, self.ended, self.stopped, self.lost, self.states = [], [], [], [], {}
         self.t_fail = self.t_stop = self.t_done = self.failure = self.gone = self.interrupted = None
         self.hung = self.claimed = self.done = False
+        self.quiet = 0.0   # seconds without progress at the last look (`Supervisor._hanging`)
         self.lock = threading.Lock()
 
 class Limits:
@@ -435,7 +436,7 @@ class Supervisor:
                         wait_for(ar, 0.05)
         elif self.limits.hang_after is not None and not w.hung and self._hanging(w, running, states):
             w.hung = True
-            self.hang_report(running, now - w.t0,
+            self.hang_report(running, w.quiet,
                              finished=[r for r, (s, _) in states.items() if s in (RankState.OK, RankState.STOPPED)])
         return False
 
@@ -495,12 +496,13 @@ def report_interval(reports:dict, # from `Supervisor._reports`
 
 def stalled(reports:dict, # from `Supervisor._reports`
             t0:float, # time.monotonic() when the cell started
+            moved:dict|None=None, # rank -> time.time() of its last new collective (`collectives_moved`; None: unknown)
            ) -> float:
-    "Seconds since the latest progress of any of the ranks (a report, or the cell's start)"
+    "Seconds since the latest progress of any of the ranks (a report, a new collective, or the cell's start)"
     last = time.time() - (time.monotonic() - t0)
     for ts, _ in reports.values():
         if ts: last = max(last, ts[-1])
-    return time.time() - last
+    return time.time() - max([last] + [t for t in (moved or {}).values() if t])
 
 @patch
 def _hanging(self:Supervisor, w:Watch, running:list, states:dict) -> bool:
@@ -516,7 +518,8 @@ def _hanging(self:Supervisor, w:Watch, running:list, states:dict) -> bool:
     limit = hang_limit(interval, finished, self.timeout) if auto else self.limits.hang_after
     # reports arrive a batch interval late (many ranks: seconds)
     lag = 3 * max((every for _, every in reps.values()), default=0.)
-    quiet = stalled(reps, w.t0)
+    # a cell issuing collectives moves on, reports or none (the ranks on this host: their records' dates)
+    quiet = w.quiet = stalled(reps, w.t0, collectives_moved(self.cluster_id, [r for r in running if self.rs.is_local(r)]))
     # a silent cell: is anybody waiting for anybody?
     if auto and not finished and interval is None and quiet > max(limit, lag):
         limit = hang_limit(None, timeout=self.timeout, waiting=self._waiting(w, running))

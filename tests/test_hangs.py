@@ -59,3 +59,25 @@ def test_silent_hang_after_a_reporting_cell_has_the_same_deadline(k):
     check_notice(out, t)
     assert err is None and k.reply['ename'] == 'Interrupted', out  # the way out it offered: the stop button (one line, no error output)
     assert k.value("cl.check()")
+
+
+# rank 0 decides when to stop and tells rank 1 in the same collective: both leave the loop together
+BUSY = ("%%px\nimport time, torch\nend, go, n = time.time() + {s}, torch.ones(1), 0\n"
+        "while go.item(): go.fill_(time.time() < end); dist.broadcast(go, 0); n += 1\n")
+
+
+def test_a_silent_cell_of_collectives_is_progress_then_its_hang_is_timed_from_the_last(k):
+    "16 s of broadcasts and no report(): no notice. Then 6 s of them and a hang: named 10 s after the last one, 'no progress for 10s'"
+    took, out, err, msgs = k.run(BUSY.format(s=16) + "print('loops', n > 100)", timeout=120)
+    assert err is None and NOTICE not in out, out
+    assert out.count('loops True') == 2 and took > 16, out   # both ranks ran the loop for the whole 16 s
+    took, out, err, msgs = k.run(BUSY.format(s=6) + "if rank == 1: time.sleep(1000)\ndist.barrier()", timeout=120,
+                                 interrupt_after=26)
+    t = notice_time(msgs)
+    MEASURED['6 s of collectives, then a silent hang: watchdog notice after the cell start (s)'] = t and round(t, 2)
+    assert t is not None and 15 < t < 22, f"notice at {t}s: {out[-3000:]}"
+    report = out[out.index(NOTICE):]
+    assert re.match(r'\[ddp_nb watchdog\] no progress for 1[0-2]s\. Stuck: rank 1 \(host', report), report
+    assert 'Rank 1 is in time.sleep at cell line 4, outside any collective' in report, report
+    assert err is None and k.reply['ename'] == 'Interrupted', out
+    assert k.value("cl.check()")
