@@ -128,8 +128,7 @@ def _route_cells(self:DDPCluster):
         print(f"ddp_nb: every cell goes through the controller: {e}", file=sys.stderr)
         return
     uuids, rs = engine_uuids(self._rc), self._ranks
-    self._route.use({uuids[p.engine_id]: p.facts['route'] for p in rs.plan
-                     if rs.is_local(p.rank) and isinstance(p.facts.get('route'), int) and p.engine_id in uuids})
+    self._route.use({uuids[rs.plan[r].engine_id]: port for r, port in rs.routes().items() if rs.plan[r].engine_id in uuids})
     wrap_view_socket(self._view, lambda s: RouteSocket(self._route, s))
 
 # %% ../nbs/02g_cluster.ipynb #69a1996b

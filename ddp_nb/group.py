@@ -118,8 +118,7 @@ def network(rs:RankSet, # the ranks
         addr = '/'.join(p.addrs.get(ifn, [])) if ifn else ''
         rows.append(dict(what=f"{backend} between ranks (random ports)", host=h,
                          address=f"{ifn or 'not set'} {addr}".strip()))
-    routes = [f"127.0.0.1:{p.facts['route']}" for p in plan
-              if rs.is_local(p.rank) and isinstance(p.facts.get('route'), int)]
+    routes = [f"127.0.0.1:{port}" for port in rs.routes().values()]
     if routes: rows.append(dict(what="cell routes, one per rank on this host (loopback; this notebook connects)",
                                 host=here, address=' '.join(routes)))
     if collector is not None:

@@ -120,6 +120,9 @@ class RankSet:
         "Whether `rank` runs on this notebook's host: its pid means something here"
         # (same hostname, network namespace and boot)
         return (self.plan[rank].host_key or self.me) == self.me
+    def routes(self) -> dict:
+        "rank -> the port of its cell route (`route.open_route`), for the ranks on this host that opened one"
+        return {p.rank: p.facts['route'] for p in self.plan if self.is_local(p.rank) and isinstance(p.facts.get('route'), int)}
     def ranks(self) -> list[Rank]:
         "Every rank as planned, with its state now (`status`)"
         st = self.status()
