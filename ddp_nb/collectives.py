@@ -131,12 +131,12 @@ class _Writer(threading.Thread):
                 now = time.monotonic()
                 if st != prev: t_changed, wall_changed = now, time.time()
                 moved = st != prev and prev is not None   # (the first look is no move: the count before this writer)
-                # stalled for `stall` s (not between two cells: a write holds the GIL ~7 ms), or time for a fresh copy,
-                # or the first move (so there is a file to date)
-                first = moved and not os.path.exists(self.path)
-                if st != written and ((st == prev and now - t_changed >= self.stall) or now - t_written > self.every or first):
+                # stalled for `stall` s (not between two cells: a write holds the GIL ~7 ms), or time for a fresh copy
+                if st != written and ((st == prev and now - t_changed >= self.stall) or now - t_written > self.every):
                     write_records(self.path, self.last, st[1]); written, t_written = st, time.monotonic(); self.writes += 1
                     moved = True
+                # the first move, before any records: a file without them (readers take it for none) to date
+                elif moved and not os.path.exists(self.path): write_private(self.path, '{}')
                 if moved: os.utime(self.path, (wall_changed, wall_changed))
                 prev = st
             except Exception as e:

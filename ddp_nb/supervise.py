@@ -16,7 +16,7 @@ from . import rank
 from .ranks import RankSet, clean_traceback
 
 # %% auto #0
-__all__ = ['FEW', 'proc_status', 'where', 'stack_frames', 'group_stacks', 'group_header', 'grouped_stacks', 'call_at',
+__all__ = ['FEW', 'QUICK', 'proc_status', 'where', 'stack_frames', 'group_stacks', 'group_header', 'grouped_stacks', 'call_at',
            'cell_file_name', 'rank_activity', 'hang_verdict', 'show_stacks', 'RankFailure', 'Interrupted',
            'ClusterGone', 'cell_label', 'cell_place', 'wait_for', 'Watch', 'Limits', 'Supervisor', 'hang_limit',
            'desync_states', 'stopped_ranks', 'report_interval', 'stalled', 'issued_counts', 'rank_lines', 'stop_line',
@@ -441,6 +441,8 @@ class Supervisor:
         return False
 
 # %% ../nbs/02c_supervise.ipynb #da6ae9b3
+QUICK = 0.25   # seconds: the watchdog looks at a cell's ranks from then on (the shortest limit, `grace`, is 2 s)
+
 def hang_limit(interval:float|None, # seconds between the running ranks' reports in this cell (None: no reports)
                finished:bool=False, # some ranks finished the cell while others still run
                timeout:float=60, # the process group's timeout (a deadlock ends there anyway)
@@ -508,6 +510,8 @@ def stalled(reports:dict, # from `Supervisor._reports`
 def _hanging(self:Supervisor, w:Watch, running:list, states:dict) -> bool:
     "Whether the watchdog should speak"
     # (a rank stopped (SIGSTOP) for `grace` s, or no progress for `hang_after` (or `hang_limit`) s)
+    # not in a cell's first `QUICK` s: a warm cell is over by then, and reading each rank's /proc costs ~0.1 ms
+    if time.monotonic() - w.t0 < QUICK: return False
     stopped = stopped_ranks(self.rs, running)
     w.t_stop = (w.t_stop or time.monotonic()) if stopped else None
     if stopped and time.monotonic() - w.t_stop > self.limits.grace: return True
