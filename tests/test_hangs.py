@@ -81,3 +81,26 @@ def test_a_silent_cell_of_collectives_is_progress_then_its_hang_is_timed_from_th
     assert 'Rank 1 is in time.sleep at cell line 4, outside any collective' in report, report
     assert err is None and k.reply['ename'] == 'Interrupted', out
     assert k.value("cl.check()")
+
+
+@pytest.mark.slow   # half a minute; needs transformers
+def test_a_trainer_that_never_reports_is_not_named_stuck(k):
+    "🤗 Trainer on both ranks for ~20 s (DDP, no report()): no watchdog notice (before collectives counted as progress: one)"
+    pytest.importorskip('transformers')
+    took, out, err, msgs = k.run('''%%px
+import time, torch
+from transformers import Trainer, TrainingArguments
+class M(torch.nn.Module):
+    def __init__(s): super().__init__(); s.l = torch.nn.Linear(64, 1)
+    def forward(s, x, y):
+        time.sleep(0.03)
+        return {'loss': torch.nn.functional.mse_loss(s.l(x).squeeze(-1), y)}
+torch.manual_seed(0)
+ds = [{'x': torch.randn(64), 'y': torch.randn(())} for _ in range(4096)]
+import tempfile; tmp = tempfile.TemporaryDirectory()
+args = TrainingArguments(output_dir=tmp.name, per_device_train_batch_size=4, max_steps=500,
+                         logging_steps=500, report_to=[], save_strategy='no', use_cpu=True, disable_tqdm=True)
+tr = Trainer(model=M(), args=args, train_dataset=ds); tr.train(); tmp.cleanup()
+print('wrapped in', type(tr.model_wrapped).__name__)''', timeout=240)
+    assert err is None and out.count('wrapped in DistributedDataParallel') == 2, out
+    assert took > 12 and NOTICE not in out, (took, out[-3000:])
