@@ -7,7 +7,7 @@
 BENCH_GPU_REHEARSAL=1 runs it on CPU ranks (gloo), to check the code where there is no GPU."""
 import argparse, gzip, json, os, subprocess, sys, tempfile, time
 from pathlib import Path
-from benchmarks.common import med, table, torchrun_cmd, machine, ROOT
+from benchmarks.common import med, table, thread_cpu, torchrun_cmd, machine, ROOT
 
 # (MLP width, batch): from launch-bound (the Python and kernel-launch cost of a step shows) to compute-bound
 CONFIGS = ((1024, 64), (4096, 1024), (8192, 4096))
@@ -242,24 +242,13 @@ def timer_section(res: list) -> str:
 
 
 # ---- where the launch-bound step's time goes, on each side (issue #26: the 1-rank ratio 0.798 at the smallest step)
-def thread_cpu() -> dict:
-    "This process's threads: native id -> (name, ms on a CPU so far), from /proc (schedstat: nanoseconds, not ticks)"
-    out = {}
-    for tid in os.listdir('/proc/self/task'):
-        try:
-            with open(f'/proc/self/task/{tid}/comm') as c, open(f'/proc/self/task/{tid}/schedstat') as t:
-                out[int(tid)] = (c.read().strip(), int(t.read().split()[0]) / 1e6)
-        except (OSError, ValueError): pass   # a thread that ended meanwhile, or a kernel without schedstat
-    return out
-
-
 def threads_per_step(before: dict, after: dict, steps: int) -> dict:
-    "CPU ms a step between two `thread_cpu` reads, as this thread ('python'), autograd's threads and all the others"
+    "CPU ms a step between two `common.thread_cpu` reads, as this thread ('python'), autograd's threads and all the others"
     import threading
     me, out = threading.get_native_id(), dict(python=0., autograd=0., other=0.)
-    for tid, (name, ms) in after.items():
+    for tid, (name, s) in after.items():
         k = 'python' if tid == me else 'autograd' if name.startswith('pt_autograd') else 'other'
-        out[k] += (ms - before.get(tid, (name, 0.))[1]) / steps
+        out[k] += (s - before.get(tid, (name, 0.))[1]) / steps * 1e3
     return out
 
 

@@ -12,7 +12,7 @@ the collector's thread, as in a notebook) runs in this process, whose CPU time i
                                                                                       the signing key in $DDP_NB_SIM_KEY, hex)"""
 import argparse, gc, json, math, os, secrets, subprocess, sys, time
 from collections import deque
-from benchmarks.common import med, table, ROOT
+from benchmarks.common import med, table, thread_cpu, ROOT
 
 
 def _simulate(addr: str, key: bytes, first: int, count: int, rate: float, seconds: float, start: float, interval: float = 0.1) -> dict:
@@ -61,13 +61,6 @@ def _cpu() -> float:
     t = os.times(); return t.user + t.system
 
 
-def _thread_cpu(tid: int) -> float:
-    "CPU seconds of one thread of this process (Linux), nan elsewhere"
-    try: f = open(f'/proc/self/task/{tid}/stat').read().rsplit(')', 1)[1].split()
-    except OSError: return math.nan
-    return (int(f[11]) + int(f[12])) / os.sysconf('SC_CLK_TCK')
-
-
 def _rss() -> int:
     import psutil
     gc.collect(); return psutil.Process().memory_info().rss
@@ -89,13 +82,14 @@ def measure(n: int, rate: float, seconds: float, interval: float = 0.1) -> dict:
                              env=dict(os.environ, DDP_NB_SIM_KEY=col.key.hex()))  # the environment: not readable by other users
             for i in range(procs)]
     time.sleep(max(0., start - time.time()))
-    c0, tc0, t0 = _cpu(), _thread_cpu(col._thread.native_id), time.monotonic()
+    col_cpu = lambda: thread_cpu().get(col._thread.native_id, ('', math.nan))[1]   # the collector thread's (nan: not Linux)
+    c0, tc0, t0 = _cpu(), col_cpu(), time.monotonic()
     outs = [json.loads(p.communicate(timeout=seconds + 120)[0].strip().splitlines()[-1]) for p in sims]
     sent = {int(r): k for o in outs for r, k in o['sent'].items()}
     total = sum(sent.values())
     deadline = time.monotonic() + 30
     while col.received < total and time.monotonic() < deadline: time.sleep(0.02)
-    t1, c1, tc1, drain = time.monotonic(), _cpu(), _thread_cpu(col._thread.native_id), time.time() - start - seconds
+    t1, c1, tc1, drain = time.monotonic(), _cpu(), col_cpu(), time.time() - start - seconds
     with col.lock: got = {r: s.received for r, s in col.ranks.items()}
     missing = sum(max(0, k - got.get(r, 0)) for r, k in sent.items())
     rss1 = _rss()
