@@ -59,12 +59,18 @@ def open_route() -> int|str|None: # the port; why none opened; None outside an e
     return port
 
 # %% ../nbs/00i_route.ipynb #67a47125
+def _say_dropped(n:int, # messages dropped so far, this one included
+                read:str, # what of the route's messages is read
+                why, # why this one was not
+               ):
+    "Say a message on the route that is not the cluster's: the first as a warning, the rest at DEBUG (a flood must not fill the outputs)"
+    (log.warning if n == 1 else log.debug)(
+        "ddp_nb: a message on the cell route was dropped (only %s; more are counted, not shown): %s", read, why)
+
 def _dropped(why):
-    "Count a message that is not the cluster's; say so once (the rest at DEBUG: a flood must not fill the outputs)"
+    "Count a message that is not the cluster's on this engine's route, and say it (`_say_dropped`)"
     _open['dropped'] += 1
-    (log.warning if _open['dropped'] == 1 else log.debug)(
-        "ddp_nb: a message on the cell route was dropped (only execute requests signed by this cluster run; more are "
-        "counted, not shown): %s", why)
+    _say_dropped(_open['dropped'], 'execute requests signed by this cluster run', why)
 
 def _received(k, sock, frames, pub):
     "A message by the route: an execute request signed with the cluster's key is run; anything else is dropped"
@@ -151,10 +157,7 @@ class Route:
             assert msg['header']['msg_type'] in ('status', 'execute_reply'), f"a {msg['header']['msg_type']}"
         except Exception as e:
             self.dropped += 1
-            (log.warning if self.dropped == 1 else log.debug)(
-                "ddp_nb: a message on the cell route was dropped (only replies signed by this cluster are read; more "
-                "are counted, not shown): %s", e)
-            return
+            return _say_dropped(self.dropped, 'replies signed by this cluster are read', e)
         if msg['header']['msg_type'] == 'status': return handle_iopub(rc, msg)  # (the cell started: it is not queued)
         handle_reply(rc, msg)
         if msg['metadata'].get(QUIET): outputs_complete(rc, msg['parent_header']['msg_id'])
