@@ -126,8 +126,8 @@ flags=cuda; [ "$GPUS" -ge 2 ] && flags="cuda multigpu"
 for p in $PHASES; do case $p in
   pytest) phase "pytest -m gpu ${GPU_TESTS:-tests/}" "${GPU_PYTEST_S:-420}" "$PY" -m pytest -m gpu ${GPU_TESTS:-tests/} -v -rA -p no:cacheprovider --timeout 240 \
             --junitxml "$OUT/pytest.xml" ;;
-  bench) phase "benchmark: ddp_nb vs torchrun on the GPU" 240 "$PY" -m benchmarks.gpu --windows 40 --out "$OUT/bench.md" ;;
-  explain) phase "where the smallest step's time goes, each side" 180 "$PY" -m benchmarks.gpu --explain --out "$OUT/explain.md" \
+  bench) phase "benchmark: ddp_nb vs torchrun on the GPU" 330 "$PY" -m benchmarks.gpu --windows 40 --out "$OUT/bench.md" ;;
+  explain) phase "where the smallest step's time goes, each side" 300 "$PY" -m benchmarks.gpu --explain --out "$OUT/explain.md" \
              --trace-dir "$OUT/traces" ;;
   notebooks)
     nbs=$("$PY" - "$flags" "$GPUS" <<'EOF'
