@@ -225,7 +225,10 @@ def close(self:Kernel, first:str|None=None, # a cell run before, within 60 s (a 
         if first is not None: self.run(first, timeout=60)
     finally:
         had = self.procs(); self._end(now)
-    return [_described(p) for p in psutil.wait_procs(had, timeout=wait)[1]]
+    left = psutil.wait_procs(had, timeout=wait)[1]
+    # (the folder again: a kernel still ending when it was removed unlinks its ipc sockets last, leaving it empty)
+    shutil.rmtree(self.dir, ignore_errors=True)
+    return [_described(p) for p in left]
 
 @patch
 def restart(self:Kernel, now:bool=False, # kill it; False: ask it to shut down first
