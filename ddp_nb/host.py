@@ -34,12 +34,23 @@ def route_source(peer:str|None, # an address or host name to reach
             return s.getsockname()[0]
     except OSError: return None
 
-def pid_alive(pid:int) -> bool:
-    "Whether process `pid` of this host runs: it exists and is not a zombie (another user's counts as running)"
+def _psutil_alive(pid:int) -> bool:
+    "`pid_alive` by psutil, where there is no /proc"
     import psutil
     try: return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess: return False
     except psutil.Error: return True
+
+def pid_alive(pid:int) -> bool:
+    "Whether process `pid` of this host runs: it exists and is not a zombie (another user's counts as running)"
+    # (Linux: its state in /proc, one read of ~10 us, for each cell checks its ranks; psutil took ~45 us)
+    import os
+    if not os.path.isdir('/proc/self'): return _psutil_alive(pid)
+    try:
+        with open(f'/proc/{pid}/stat', 'rb') as f: state = f.read().rsplit(b')', 1)[1].split()[0]
+    except FileNotFoundError: return False
+    except (OSError, IndexError): return _psutil_alive(pid)
+    return state not in (b'Z', b'X')
 
 def local_ipv4() -> dict:
     "{interface: [IPv4 addresses]} of this host"

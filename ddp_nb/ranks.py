@@ -165,8 +165,8 @@ class RankSet:
 
     def gone(self) -> list:
         "Ranks whose engine has exited: unregistered, or (on this host) its process gone before the controller noticed"
-        return [r for r, s in self.status().items() if s == RankState.DEAD
-                or (self.is_local(r) and not pid_alive(self.plan[r].pid))]
+        engines = engine_uuids(self.rc)  # (not `status`: whether a task is pending is not asked here)
+        return [p.rank for p in self.plan if p.engine_id not in engines or (self.is_local(p.rank) and not pid_alive(p.pid))]
 
     def states(self, ar) -> dict:
         "rank -> (`RankState`, error) of an AsyncResult with one task per rank (see `task_state`)"
