@@ -14,15 +14,15 @@ def machine() -> str:
             f"torch {torch.__version__}, ipyparallel {ipyparallel.__version__}, GPU: {gpu}")
 
 
-def thread_cpu() -> dict:
-    "This process's threads (Linux): native id -> (name, CPU seconds so far); {} elsewhere"
+def thread_cpu(pid='self') -> dict:
+    "A process's threads (Linux; default this one's): native id -> (name, CPU seconds so far); {} elsewhere"
     # (schedstat counts nanoseconds; stat's utime + stime count 10 ms ticks)
     out = {}
-    try: tids = os.listdir('/proc/self/task')
+    try: tids = os.listdir(f'/proc/{pid}/task')
     except OSError: return out
     for tid in tids:
         try:
-            with open(f'/proc/self/task/{tid}/comm') as c, open(f'/proc/self/task/{tid}/schedstat') as t:
+            with open(f'/proc/{pid}/task/{tid}/comm') as c, open(f'/proc/{pid}/task/{tid}/schedstat') as t:
                 out[int(tid)] = (c.read().strip(), int(t.read().split()[0]) / 1e9)
         except (OSError, ValueError): pass   # a thread that ended meanwhile, or a kernel without schedstat
     return out

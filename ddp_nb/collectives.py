@@ -117,17 +117,22 @@ class _Writer(threading.Thread):
     "Polls the groups' sequence numbers and status every `poll` s, writes the records, and dates the file by the last move"
     # (writes when they stalled, and every `every` s while they move; the file's mtime is when they last moved, for
     # the watchdog: a cell issuing collectives is making progress, with or without reports)
-    def __init__(self, path, poll, every, last, stall=1.0):
+    def __init__(self, path, poll, every, last, stall=1.0, idle=0.5):
         super().__init__(daemon=True, name='ddp_nb-collectives')
-        (self.path, self.poll, self.every, self.last, self.stall,
-         self.stop) = path, poll, every, last, stall, threading.Event()
+        (self.path, self.poll, self.every, self.last, self.stall, self.idle,
+         self.stop) = path, poll, every, last, stall, idle, threading.Event()
     def run(self):
         from ddp_nb.compat_torch import flight_recorder_dump, issued_per_group
-        prev = written = None; t_written = t_changed = time.monotonic()
-        self.t0, self.writes, self.cpu = time.monotonic(), 0, 0.0
-        while not self.stop.wait(self.poll):
+        prev = written = None; t_written = t_changed = time.monotonic(); poll = self.poll
+        self.t0, self.writes, self.cpu, self.looks = time.monotonic(), 0, 0.0, 0
+        while not self.stop.wait(poll):
+            self.looks += 1
             try:
-                st = (issued_per_group(), flight_recorder_dump(stacks=False, collectives=False).get('pg_status'))
+                issued = issued_per_group()
+                # the status only where it can have changed: a new collective since, or one not completed
+                status = (prev[1] if prev is not None and issued == prev[0] and _settled(prev[1])
+                          else flight_recorder_dump(stacks=False, collectives=False).get('pg_status'))
+                st = (issued, status)
                 now = time.monotonic()
                 if st != prev: t_changed, wall_changed = now, time.time()
                 moved = st != prev and prev is not None   # (the first look is no move: the count before this writer)
@@ -138,12 +143,19 @@ class _Writer(threading.Thread):
                 # the first move, before any records: a file without them (readers take it for none) to date
                 elif moved and not os.path.exists(self.path): write_private(self.path, '{}')
                 if moved: os.utime(self.path, (wall_changed, wall_changed))
+                # nothing issued or running for `stall` s (and so written): look every `idle` s (a look costs ~0.3 ms)
+                poll = self.idle if st == prev and _settled(status) and now - t_changed >= self.stall else self.poll
                 prev = st
             except Exception as e:
                 print(f"ddp_nb.collectives: cannot write {self.path}: {e}", file=sys.__stderr__); return
             finally: self.cpu = time.thread_time()
 
 _writer = {}
+
+def _settled(status:dict|None) -> bool:
+    "Whether every collective these groups enqueued has completed (their flight recorders' `pg_status`)"
+    return all(isinstance(s, dict) and s.get('last_completed_collective', -1) >= s.get('last_enqueued_collective', 0)
+               for s in (status or {}).values())
 
 def ring_size() -> int:
     "Entries the flight recorder keeps (`TORCH_FR_BUFFER_SIZE` as this process started with it)"
@@ -160,6 +172,7 @@ def install(cluster_id:str|None=None, # None: this engine's IPP_CLUSTER_ID
             last:int=64, # records per process group in the file
             # seconds without a new collective before the records are written (a hang is reported after 2 s or more)
             stall:float=1.0,
+            idle:float=0.5, # seconds between looks once nothing was issued or ran for `stall` s
            ) -> str: # the file
     "Start (or restart) this rank's writer of its recent collectives to `collectives_file(cluster_id, rank)`"
     uninstall()
@@ -167,14 +180,14 @@ def install(cluster_id:str|None=None, # None: this engine's IPP_CLUSTER_ID
     if every is None: every = 10.0 if ring_size() <= 512 else float('inf')
     cid = cluster_id or os.environ.get('IPP_CLUSTER_ID', 'local')
     path = collectives_file(cid, int(os.environ.get('RANK', 0)) if rank is None else rank)
-    _writer['t'] = w = _Writer(path, poll, every, last, stall); w.start()
+    _writer['t'] = w = _Writer(path, poll, every, last, stall, idle); w.start()
     return path
 
 def writer_stats() -> dict|None:
-    "The writer's cost so far: seconds running, CPU seconds it used, files written (None without a writer)"
+    "The writer's cost so far: seconds running, CPU seconds it used, files written, looks (None without a writer)"
     w = _writer.get('t')
     return (None if w is None or not hasattr(w, 't0')
-            else dict(seconds=time.monotonic() - w.t0, cpu=w.cpu, writes=w.writes))
+            else dict(seconds=time.monotonic() - w.t0, cpu=w.cpu, writes=w.writes, looks=w.looks))
 
 def uninstall() -> bool:
     "Stop this rank's writer; True if one ran"

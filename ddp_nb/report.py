@@ -283,9 +283,11 @@ class Reporter:
                  device=None, # torch device, for GPU load
                  interval:float=0.1, # seconds between batches
                  load_interval:float=1.0, # seconds between load samples
+                 idle_every:float=1.0, # seconds between batches while idle (no cell, nothing reported for 2 s): a heartbeat
                 ):
         import zmq
         self.addr, self.key, self.rank, self.interval, self.load_interval = addr, key, rank, interval, load_interval
+        self.idle_every = max(interval, idle_every)
         # this reporter's batches, numbered: the collector drops a replayed one
         self.sid, self.seq = secrets.token_hex(8), 0
         self.ctx = zmq.Context()
@@ -302,6 +304,7 @@ class Reporter:
         self._hook_errors()
         # (stop the thread; send now, as a cell ends; what was asked for is sent)
         self._stop, self._now, self._sent = threading.Event(), threading.Event(), threading.Event()
+        self._idle = self._asked = False  # the thread waits `idle_every` (a report wakes it); send_now asked
         self._thread = threading.Thread(target=self._loop, daemon=True, name='ddp_nb-report')
         self._thread.start()
 
@@ -310,10 +313,16 @@ class Reporter:
         step = self.steps(step, metrics.get('epoch'))
         self.last_report = t = time.time()
         self.buf.append((t, step, metrics, False))
+        if self._idle: self._wake()
+
+    def _wake(self):
+        "Wake the thread from its idle wait: reports, or a cell, came"
+        self._idle = False; self._now.set()
 
     def report_late(self, step, **metrics):
         "Record metrics of an earlier `step` (a GPU's timings, read once ready): added to that step, never a new run"
         self.buf.append((time.time(), step, metrics, True))
+        if self._idle: self._wake()
 
 # %% ../nbs/01a_report.ipynb #ec43bce5
 def _step(v) -> tuple:
@@ -379,10 +388,17 @@ def flush(self:Reporter):
 @patch
 def _loop(self:Reporter):
     "Send a batch every `interval` (or at once when asked: `send_now`) until closed, then what is left; this thread owns the socket"
+    # (while idle, a heartbeat every `idle_every`: an idle engine woke 10 times a second to send nothing)
+    t0 = time.time()  # (its first 2 s as if it had reported: the notebook hears of this rank as it connects)
     while not self._stop.is_set():
-        asked = self._now.wait(self.interval)
+        quiet = not (self.buf or self.in_cell) and time.time() - max(self.last_report, t0) >= 2.0
+        if quiet:
+            self._idle = True
+            if self.buf: quiet = self._idle = False  # (a report as it went quiet: its `_wake` may have come first)
+        self._now.wait(self.idle_every if quiet else self.interval)
+        self._idle = False
         if self._stop.is_set(): break
-        self._now.clear()
+        self._now.clear(); asked, self._asked = self._asked, False
         try: self.flush()
         except Exception:
             log.debug("a report batch was not sent (the next one is tried in %ss)", self.interval, exc_info=True)
@@ -401,13 +417,15 @@ def send_now(self:Reporter, timeout:float=0.05, # seconds to wait for the thread
             ):
     "Send what is buffered at once, and wait (briefly) until it is sent: a cell's last step reaches the notebook with its end"
     if not self.buf or not self._thread.is_alive(): return
-    self._sent.clear(); self._now.set(); self._sent.wait(timeout)
+    self._sent.clear(); self._asked = True; self._now.set(); self._sent.wait(timeout)
 
 # %% ../nbs/01a_report.ipynb #c2029d4e
 def _cell_started(*args):
     "IPython pre_execute: a cell starts on this engine; its errors so far are forgotten"
     r = ctx.reporter
-    if r is not None: r.error, r.in_cell = None, True
+    if r is not None:
+        r.error, r.in_cell = None, True
+        if r._idle: r._wake()  # (the notebook hears at once that a cell runs: its active time counts from here)
 
 def _cell_ended(*args):
     "IPython post_execute: the cell ended; its last reports go now (the notebook sees the cell's end with them)"
