@@ -283,7 +283,7 @@ class Reporter:
                  device=None, # torch device, for GPU load
                  interval:float=0.1, # seconds between batches
                  load_interval:float=1.0, # seconds between load samples
-                 idle_every:float=1.0, # seconds between batches while idle (no cell, nothing reported for 2 s): a heartbeat
+                 idle_every:float=1.0, # seconds between batches while idle (no cell or report for 2 s): a heartbeat
                 ):
         import zmq
         self.addr, self.key, self.rank, self.interval, self.load_interval = addr, key, rank, interval, load_interval
@@ -301,6 +301,7 @@ class Reporter:
         self.load, self.last_load, self.last_report = LoadSampler(device), 0., 0.
         self.error = None  # (time, 'ValueError: ...') of the last uncaught error on this engine, until the next cell
         self.in_cell = False  # a cell (%%px, view.execute) is running on this engine: the run's active time counts
+        self.last_cell = 0.  # when the last cell ended
         self._hook_errors()
         # (stop the thread; send now, as a cell ends; what was asked for is sent)
         self._stop, self._now, self._sent = threading.Event(), threading.Event(), threading.Event()
@@ -391,7 +392,7 @@ def _loop(self:Reporter):
     # (while idle, a heartbeat every `idle_every`: an idle engine woke 10 times a second to send nothing)
     t0 = time.time()  # (its first 2 s as if it had reported: the notebook hears of this rank as it connects)
     while not self._stop.is_set():
-        quiet = not (self.buf or self.in_cell) and time.time() - max(self.last_report, t0) >= 2.0
+        quiet = not (self.buf or self.in_cell) and time.time() - max(self.last_report, self.last_cell, t0) >= 2.0
         if quiet:
             self._idle = True
             if self.buf: quiet = self._idle = False  # (a report as it went quiet: its `_wake` may have come first)
@@ -430,7 +431,7 @@ def _cell_started(*args):
 def _cell_ended(*args):
     "IPython post_execute: the cell ended; its last reports go now (the notebook sees the cell's end with them)"
     r = ctx.reporter
-    if r is not None: r.in_cell = False; r.send_now()
+    if r is not None: r.in_cell, r.last_cell = False, time.time(); r.send_now()
 
 @patch
 def _hook_errors(self:Reporter):
