@@ -555,7 +555,7 @@ def register_hearts_at_once():
     handle_pong.at_once = True
     HeartMonitor.handle_pong, HeartMonitor.start = handle_pong, start_pinging_new
 
-# %% ../nbs/00b_compat_ipp.ipynb #c8e8b653
+# %% ../nbs/00b_compat_ipp.ipynb #040aa7ea
 def fast_dates():
     "ipyparallel's metadata dates parsed by `datetime.fromisoformat` where it can (the same datetimes), else as before"
     # (`ipyparallel.util._parse_date`, also imported by name into `client.asyncresult`; tested with ipyparallel 9.2)
