@@ -37,6 +37,7 @@ def _simulate(addr: str, key: bytes, first: int, count: int, rate: float, second
             self.buf, self.steps, self.dropped = deque(), StepCounter(), 0
             self.pid, self.host = os.getpid(), host_identity()
             self.load, self.last_load, self.last_report, self.error, self.in_cell = load, 0., 0., None, True
+            self._idle = False  # (no thread to wake)
 
     zctx = zmq.Context(); sock = zctx.socket(zmq.PUSH)
     sock.setsockopt(zmq.SNDHWM, 100000); sock.setsockopt(zmq.LINGER, 5000); sock.connect(addr)
