@@ -98,7 +98,10 @@ def follow_script(rs:RankSet, # the ranks
     if busy:  # SIGINT ends a script running Python code; then it cleans up as after a failure
         rs.signal('SIGINT', busy)
         busy = _follow(ars, group_timeout, out, release)
-    waiting = [r for r, a in rescues.items() if not a.ready()]  # still waiting for a peer that is done now
+    # a rescue that joined and left answers within moments; one still waiting for a peer that is done now gets SIGINT
+    # (a SIGINT landing as a rescue returns can lose its reply: a wait of `group_timeout`, seen once under CI's load)
+    for a in rescues.values(): a.wait(1)
+    waiting = [r for r, a in rescues.items() if not a.ready()]
     if waiting: rs.signal('SIGINT', waiting)
     for a in rescues.values(): a.wait(group_timeout)
     for ar in ars.values():
