@@ -44,7 +44,6 @@ def _psutil_alive(pid:int) -> bool:
 def pid_alive(pid:int) -> bool:
     "Whether process `pid` of this host runs: it exists and is not a zombie (another user's counts as running)"
     # (Linux: its state in /proc, one read of ~10 us, for each cell checks its ranks; psutil took ~45 us)
-    import os
     if not os.path.isdir('/proc/self'): return _psutil_alive(pid)
     try:
         with open(f'/proc/{pid}/stat', 'rb') as f: state = f.read().rsplit(b')', 1)[1].split()[0]
