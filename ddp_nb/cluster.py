@@ -139,6 +139,13 @@ def _connect_reporters(self:DDPCluster, ranks:list|None=None):
                      interval=batch_interval(self.world_size), what='Connecting the ranks to the dashboard',
                      timeout=self.timeout)
 
+# %% ../nbs/02g_cluster.ipynb #bacafa1c
+@patch
+def _running_cell(self:DDPCluster, rank:int) -> str|bool|None:
+    "The request whose cell `rank` runs, as its report thread last told the collector (`RankSet.queued`)"
+    rs = self._collector.ranks.get(rank) if self._collector is not None else None
+    return getattr(rs, 'cell', None)
+
 # %% ../nbs/02g_cluster.ipynb #939b4a3d
 @patch
 def stop(self:DDPCluster,
@@ -243,6 +250,7 @@ def _bring_up(self:DDPCluster,
     try:
         connect()
         self._ranks = RankSet(self._rc)
+        self._ranks.cell_of = self._running_cell
         self._sup = Supervisor(self._ranks, self.cluster_id, self.timeout, progress=lambda: self._collector,
                                death=self._death, limits=self, gone=self._controller_gone, on_gone=self._forget)
         self._form_group(phases=ph)

@@ -33,6 +33,7 @@ class RankReport:
         # the pid of the engine this one replaced; True until the new engine reports a point
         self.replaced, self.fresh = None, False
         self.received, self.every = 0, 0.1  # points received from this engine; seconds between its batches
+        self.cell = None  # the request its cell runs (an id), True (a cell, its id unknown), or False/None
         # samples reported in the run, and at how many steps: samples/s from their mean, not the last batch's
         self.samples = [0., 0]
 
@@ -178,7 +179,7 @@ def _fold(self:Collector, msg:dict, now:float|None=None):
         rs = self.ranks[r] = _replacement(rs, self.ranks, until=self.restarts.pop(r, None))
     rs.pid, rs.host, rs.seen, rs.busy = msg['pid'], msg['host'], now or time.time(), msg['busy']
     # inside a cooperative stop region: how long a stop would take
-    rs.stop_eta, rs.every = msg.get('stop_eta'), msg.get('every', 0.1)
+    rs.stop_eta, rs.every, rs.cell = msg.get('stop_eta'), msg.get('every', 0.1), msg.get('cell')
     load, flags = msg.get('load'), msg.get('flags')
     if load is not None: rs.load = load
     rs.error = msg.get('error')

@@ -17,7 +17,7 @@ __all__ = ['log', 'tested_versions', 'min_versions', 'OUTPUT_MSGS', 'PING_AGAIN_
            'supervised_view', 'record_outputs', 'task_events', 'engine_launchers', 'launcher_process',
            'launcher_output', 'stop_sync_thread', 'engine_state_file', 'forget_magics', 'engine_registration_url',
            'on_uncaught_error', 'plain_tracebacks', 'session_key', 'bind_engine_kernel', 'engine_kernel', 'kernel_turn',
-           'publish_idle', 'out_streams', 'client_loop', 'client_context', 'handle_reply', 'handle_iopub',
+           'publish_idle', 'out_streams', 'running_request', 'client_loop', 'client_context', 'handle_reply',
            'outputs_complete', 'wrap_view_socket', 'supervised_result', 'controller_process', 'hub_answers',
            'abandon_client', 'ask_to_exit', 'engine_exits', 'replace_nanny_start', 'adopt_process',
            'register_hearts_at_once', 'fast_dates']
@@ -328,6 +328,14 @@ def out_streams() -> list:
     # (an `OutStream` has its IOPub thread as `pub_thread`, tested with ipykernel 7.4)
     return [s for s in dict.fromkeys((sys.stdout, sys.stderr)) if hasattr(s, 'pub_thread')]
 
+# %% ../nbs/00b_compat_ipp.ipynb #b99bfec3
+def running_request(k, # an engine's kernel (`engine_kernel`)
+                   ) -> str|None:
+    "The id of the request `k` handles now (its shell parent's), None if it has none"
+    # (`Kernel.get_parent('shell')`, ipykernel >= 6, tested with ipykernel 7.4)
+    try: return k.get_parent('shell')['header']['msg_id']
+    except (AttributeError, KeyError, TypeError): return None
+
 # %% ../nbs/00b_compat_ipp.ipynb #0418553f
 def client_loop(rc, # an ipyparallel Client
                ):
@@ -351,15 +359,6 @@ def handle_reply(rc, # an ipyparallel Client
     try: handlers = rc._queue_handlers
     except AttributeError: raise missing('Client._queue_handlers') from None
     handlers[msg['header']['msg_type']](msg)
-
-def handle_iopub(rc, # an ipyparallel Client
-                 msg:dict, # an IOPub message of a task of `rc`, unpacked (`Session.deserialize`)
-                ):
-    "Handle `msg` as the client handles one from IOPub: the task's outputs, and the engine that runs it"
-    # (`Client._dispatch_iopub`, its undecorated function: the frames are unpacked already; tested with ipyparallel 9.2)
-    f = getattr(type(rc)._dispatch_iopub, '__wrapped__', None)
-    if f is None: raise missing('Client._dispatch_iopub')
-    f(rc, msg)
 
 def outputs_complete(rc, # an ipyparallel Client
                      msg_id:str, # a task of `rc` whose outputs are all in (it published none)

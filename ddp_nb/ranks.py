@@ -101,6 +101,8 @@ class RankSet:
                 ):
         self.rc, self.plan, self.me = rc, list(plan or []), me or host_identity()
         self.ended = {}  # (engine id, pid) -> why, for every engine ddp_nb ended on purpose (`end`)
+        # rank -> the request its cell runs, as its report thread last said (the cluster's collector): None unknown
+        self.cell_of = lambda rank: None
 
     def __len__(self): return len(self.plan)
     def snapshot(self) -> RankSet:
@@ -212,10 +214,12 @@ class RankSet:
 
     def queued(self, ranks:list) -> list:
         "The ranks of `ranks` whose every waiting task has not started (their engine busy with its own work)"
-        # (an engine says 'busy' as it starts a request, whatever its kind; the client then notes the engine in the
-        # task's metadata. Silent cells never say `execute_input`.)
+        # (started: through the controller, an engine says 'busy' on IOPub as it starts a request, whatever its kind,
+        # and the client notes the engine in the task's metadata; by the route, a cell says nothing as it starts, and
+        # its rank's report thread names it as the cell it runs)
         md = self.rc.metadata
-        return [r for r in ranks if (ids := self.outstanding(r)) and all(md[m].get('engine_uuid') is None for m in ids)]
+        def started(r, ids): return self.cell_of(r) in ids or any(md[m].get('engine_uuid') is not None for m in ids)
+        return [r for r in ranks if (ids := self.outstanding(r)) and not started(r, ids)]
 
     def abort_queued(self, ranks:list) -> int: # the tasks asked to be aborted
         "Abort the tasks waiting in the queues of `ranks`' engines: a task not yet started never starts"

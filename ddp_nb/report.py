@@ -11,7 +11,7 @@ from fastcore.basics import patch
 from .core import StepCounter
 from .host import host_identity
 from .context import ctx, rank_info
-from .compat_ipp import on_uncaught_error, session_key
+from .compat_ipp import engine_kernel, on_uncaught_error, running_request, session_key
 
 # what is swallowed goes here, at DEBUG: logging.getLogger('ddp_nb').setLevel('DEBUG') shows it
 log = logging.getLogger('ddp_nb.report')
@@ -247,7 +247,7 @@ HEAD = dict(
     pid=(True, lambda v, n: type(v) is int and 0 < v < 2**63),
     host=(True, lambda v, n: type(v) is str and len(v) <= 256 and v.isprintable()), t=(False, lambda v, n: _num(v)),
     every=(False, lambda v, n: _num(v, 1e-3) and v <= 3600), busy=(True, lambda v, n: type(v) is bool),
-    cell=(False, lambda v, n: type(v) is bool), dropped=(False, lambda v, n: type(v) is int and 0 <= v < 2**63),
+    cell=(False, lambda v, n: type(v) is bool or type(v) is str and 0 < len(v) <= 128 and v.isprintable()), dropped=(False, lambda v, n: type(v) is int and 0 <= v < 2**63),
     flags=(False, lambda v, n: type(v) is list and len(v) <= MAX_FLAGS and all(map(_flag, v))),
     error=(False, lambda v, n: v is None or type(v) is list and len(v) == 2 and _num(v[0]) and _text(v[1])),
     stop_eta=(False, lambda v, n: v is None or _num(v, 0)), load=(False, _load),
@@ -300,7 +300,9 @@ class Reporter:
         self.pid, self.host = os.getpid(), host_identity()
         self.load, self.last_load, self.last_report = LoadSampler(device), 0., 0.
         self.error = None  # (time, 'ValueError: ...') of the last uncaught error on this engine, until the next cell
-        self.in_cell = False  # a cell (%%px, view.execute) is running on this engine: the run's active time counts
+        # a cell (%%px, view.execute) is running on this engine: the run's active time counts. Its request's id
+        # where known (the notebook learns by it that the cell started: `RankSet.queued`), else True
+        self.in_cell = False
         self.last_cell = 0.  # when the last cell ended
         self._hook_errors()
         # (stop the thread; send now, as a cell ends; what was asked for is sent)
@@ -425,7 +427,8 @@ def _cell_started(*args):
     "IPython pre_execute: a cell starts on this engine; its errors so far are forgotten"
     r = ctx.reporter
     if r is not None:
-        r.error, r.in_cell = None, True
+        k = engine_kernel()
+        r.error, r.in_cell = None, (running_request(k) if k is not None else None) or True
         if r._idle: r._wake()  # (the notebook hears at once that a cell runs: its active time counts from here)
 
 def _cell_ended(*args):

@@ -6,7 +6,7 @@
 from __future__ import annotations
 import asyncio, errno, inspect, logging, sys, threading, time
 import zmq
-from .compat_ipp import (CompatError, client_context, client_loop, engine_kernel, handle_iopub, handle_reply,
+from .compat_ipp import (CompatError, client_context, client_loop, engine_kernel, handle_reply,
                                kernel_turn, out_streams, outputs_complete, pending_tasks, publish_idle)
 
 log = logging.getLogger('ddp_nb.route')
@@ -99,8 +99,7 @@ async def _run(k, sock, idents, msg, pub):
     go = k.should_handle(sock, msg, idents)  # (an aborted task is answered so, here)
     if inspect.isawaitable(go): go = await go
     if not go: return
-    _open['served'] += 1
-    k.session.send(sock, 'status', {'execution_state': 'busy'}, msg, ident=idents)  # (started: not queued)
+    _open['served'] += 1  # (it says nothing as it starts: its rank's report thread does, `RankSet.queued`)
     c, md = msg['content'], k.init_metadata(msg)
     silent = c.get('silent', False)
     if not silent: k.execution_count += 1
@@ -154,11 +153,10 @@ class Route:
         try:
             _, parts = rc.session.feed_identities(frames, copy=False)
             msg = rc.session.deserialize(parts, content=True, copy=False)  # (refused unless signed with the key)
-            assert msg['header']['msg_type'] in ('status', 'execute_reply'), f"a {msg['header']['msg_type']}"
+            assert msg['header']['msg_type'] == 'execute_reply', f"a {msg['header']['msg_type']}"
         except Exception as e:
             self.dropped += 1
             return _say_dropped(self.dropped, 'replies signed by this cluster are read', e)
-        if msg['header']['msg_type'] == 'status': return handle_iopub(rc, msg)  # (the cell started: it is not queued)
         handle_reply(rc, msg)
         if msg['metadata'].get(QUIET): outputs_complete(rc, msg['parent_header']['msg_id'])
 
