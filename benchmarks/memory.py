@@ -3,7 +3,7 @@ torch; the CPU an idle engine and the controller use each second, by kind of thr
 a gloo group.
 
     python -m benchmarks.memory"""
-import socket, subprocess, sys, time
+import select, socket, subprocess, sys, time
 from benchmarks.common import med, table, thread_cpu
 
 # a bare process in a gloo group of one, idle: what torch itself costs each second (gloo's loop)
@@ -44,7 +44,8 @@ def idle_cpu(cl, secs: float = 10) -> dict:
     with socket.socket() as s: s.bind(('127.0.0.1', 0)); port = s.getsockname()[1]
     bare = subprocess.Popen([sys.executable, '-c', BARE, str(port)], stdout=subprocess.PIPE, text=True)
     try:
-        assert bare.stdout.readline().strip() == 'ready', "the bare gloo process did not start"
+        ready = select.select([bare.stdout], [], [], 120)[0]  # (a child that hangs must not hang the benchmarks)
+        assert ready and bare.stdout.readline().strip() == 'ready', "the bare gloo process did not start within 120 s"
         ranks = cl.run(_threads)
         time.sleep(3)   # (a rank's report thread goes quiet 2 s after its last report, its recorder 1 s after its last collective)
         tree = lambda pid: [pid] + [c.pid for c in psutil.Process(pid).children(recursive=True)]  # (a nanny; schedulers)
@@ -71,7 +72,7 @@ def run(idle_s: float = 10) -> str:
         cl.run(_train)
         after = cl.run(_rss)
     bare = int(subprocess.run([sys.executable, '-c', 'import torch, psutil; print(psutil.Process().memory_info().rss)'],
-                              capture_output=True, text=True, check=True).stdout)
+                              capture_output=True, text=True, check=True, timeout=120).stdout)
     mb = lambda b: f"{b / 2**20:.0f} MB"
     rows = [['bare `python -c "import torch"`', mb(bare), '1.00'],
             ['ddp_nb engine after start (torch, process group, reporter)', mb(med(start)), f"{med(start) / bare:.2f}"],

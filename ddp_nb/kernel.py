@@ -4,7 +4,7 @@
 
 # %% ../nbs/02l_kernel.ipynb #a577f99b
 from __future__ import annotations
-import json, os, queue, re, shutil, sys, tempfile, time
+import json, os, queue, re, shutil, sys, tempfile, time, weakref
 from typing import NamedTuple
 import psutil
 from fastcore.basics import patch
@@ -61,6 +61,18 @@ class Frontend:
         return [o['kind'] for o in self.cells.get(cell, {'outs': []})['outs']]
 
 # %% ../nbs/02l_kernel.ipynb #7a69db8d
+def _abandoned(km, # its KernelManager
+               folder:str, # its folder of ipc sockets
+               state:dict, # its attributes (`kc`: its client)
+              ):
+    "What `Kernel.close` does, for a Kernel never closed: its channels stopped, its kernel killed, its folder removed"
+    try:
+        if state.get('kc') is not None: state['kc'].stop_channels()
+        p = getattr(km.provisioner, 'process', None)  # (a local kernel: its Popen)
+        if p is not None and p.poll() is None: p.kill(); p.wait(5)
+    except Exception: pass
+    finally: shutil.rmtree(folder, ignore_errors=True)
+
 class Kernel:
     "A real Jupyter kernel driven as a notebook drives it, on ipc sockets in a folder of its own"
     def __init__(self, cwd:str|None=None, # where it starts; None: here
@@ -77,6 +89,8 @@ class Kernel:
         self.km.kernel_spec.argv = [python or sys.executable, '-m', module, '-f', '{connection_file}']
         self.km.kernel_spec.interrupt_mode = interrupt_mode
         self.kc, self.front, self.mid, self.t_int, self.streams, self.reply = None, Frontend(), None, None, [], None
+        # never closed (dropped, or its script failed or exited first): its kernel killed and its folder removed anyway
+        self._left = weakref.finalize(self, _abandoned, self.km, self.dir, self.__dict__)
         try:
             self.km.start_kernel(cwd=str(cwd or os.getcwd()), env=full | (env or {}))
             self.connect(timeout)
@@ -228,6 +242,7 @@ def close(self:Kernel, first:str|None=None, # a cell run before, within 60 s (a 
     left = psutil.wait_procs(had, timeout=wait)[1]
     # (the folder again: a kernel still ending when it was removed unlinks its ipc sockets last, leaving it empty)
     shutil.rmtree(self.dir, ignore_errors=True)
+    self._left.detach()
     return [_described(p) for p in left]
 
 @patch
