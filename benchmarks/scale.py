@@ -10,16 +10,13 @@ the collector's thread, as in a notebook) runs in this process, whose CPU time i
     python -m benchmarks.scale [--repeats 3] [--seconds 5]
     python -m benchmarks.scale --sim ADDR FIRST COUNT RATE SECONDS START INTERVAL   (one simulator process; prints JSON;
                                                                                       the signing key in $DDP_NB_SIM_KEY, hex)"""
-import argparse, gc, json, math, os, secrets, subprocess, sys, time
-from collections import deque
+import argparse, gc, json, math, os, subprocess, sys, time
 from benchmarks.common import med, table, thread_cpu, ROOT
 
 
 def _simulate(addr: str, key: bytes, first: int, count: int, rate: float, seconds: float, start: float, interval: float = 0.1) -> dict:
     "Ranks first..first+count-1 report `loss` every step at `rate` steps/s for `seconds` from `start`; {rank: points sent}, dropped"
     import zmq
-    from ddp_nb.host import host_identity
-    from ddp_nb.core import StepCounter
     from ddp_nb.report import Reporter, LoadSampler
 
     class Load:
@@ -29,20 +26,11 @@ def _simulate(addr: str, key: bytes, first: int, count: int, rate: float, second
             if time.monotonic() - self.t >= 1.: self.last, self.t = self.f(), time.monotonic()
             return self.last
 
-    class SimReporter(Reporter):
-        "The real Reporter for one simulated rank, on a socket this process's ranks share (no thread of its own)"
-        def __init__(self, sock, rank, load):
-            self.sock, self.key, self.rank, self.interval, self.load_interval = sock, key, rank, interval, 1.0
-            self.sid, self.seq = secrets.token_hex(8), 0
-            self.buf, self.steps, self.dropped = deque(), StepCounter(), 0
-            self.pid, self.host = os.getpid(), host_identity()
-            self.load, self.last_load, self.last_report, self.error, self.in_cell = load, 0., 0., None, True
-            self._idle = False  # (no thread to wake)
-
     zctx = zmq.Context(); sock = zctx.socket(zmq.PUSH)
     sock.setsockopt(zmq.SNDHWM, 100000); sock.setsockopt(zmq.LINGER, 5000); sock.connect(addr)
     load = Load()
-    reps = [SimReporter(sock, r, load) for r in range(first, first + count)]
+    reps = [Reporter(addr, key, r, interval=interval, sock=sock, load=load) for r in range(first, first + count)]  # (no thread each)
+    for r in reps: r.in_cell = True
     time.sleep(max(0., start - time.time()))
     t0, step, last_flush = time.monotonic(), 0, time.monotonic()
     while time.monotonic() - t0 < seconds:

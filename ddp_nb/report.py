@@ -284,30 +284,36 @@ class Reporter:
                  interval:float=0.1, # seconds between batches
                  load_interval:float=1.0, # seconds between load samples
                  idle_every:float=1.0, # seconds between batches while idle (no cell or report for 2 s): a heartbeat
+                 sock=None, # a connected ZMQ PUSH socket to send on (several reporters share it; no thread, no hooks: the caller flushes)
+                 load=None, # what samples the load (None: `LoadSampler(device)`)
                 ):
         import zmq
         self.addr, self.key, self.rank, self.interval, self.load_interval = addr, key, rank, interval, load_interval
         self.idle_every = max(interval, idle_every)
         # this reporter's batches, numbered: the collector drops a replayed one
         self.sid, self.seq = secrets.token_hex(8), 0
-        self.ctx = zmq.Context()
-        self.sock = self.ctx.socket(zmq.PUSH)
-        self.sock.setsockopt(zmq.LINGER, 500)
-        self.sock.setsockopt(zmq.SNDHWM, 10000)
-        self.sock.connect(addr)
+        self.ctx, self.sock = None, sock
+        if sock is None:
+            self.ctx = zmq.Context()
+            self.sock = self.ctx.socket(zmq.PUSH)
+            self.sock.setsockopt(zmq.LINGER, 500)
+            self.sock.setsockopt(zmq.SNDHWM, 10000)
+            self.sock.connect(addr)
         self.buf, self.steps, self.dropped = deque(), StepCounter(), 0
         # the identity, not the hostname: namespaces and containers share hostnames
         self.pid, self.host = os.getpid(), host_identity()
-        self.load, self.last_load, self.last_report = LoadSampler(device), 0., 0.
+        self.load, self.last_load, self.last_report = load or LoadSampler(device), 0., 0.
         self.error = None  # (time, 'ValueError: ...') of the last uncaught error on this engine, until the next cell
         # a cell (%%px, view.execute) is running on this engine: the run's active time counts. Its request's id
         # where known (the notebook learns by it that the cell started: `RankSet.queued`), else True
         self.in_cell = False
         self.last_cell = 0.  # when the last cell ended
-        self._hook_errors()
         # (stop the thread; send now, as a cell ends; what was asked for is sent)
         self._stop, self._now, self._sent = threading.Event(), threading.Event(), threading.Event()
         self._idle = self._asked = False  # the thread waits `idle_every` (a report wakes it); send_now asked
+        self._thread = None
+        if sock is not None: return
+        self._hook_errors()
         self._thread = threading.Thread(target=self._loop, daemon=True, name='ddp_nb-report')
         self._thread.start()
 
@@ -413,13 +419,14 @@ def _loop(self:Reporter):
 @patch
 def close(self:Reporter):
     "Stop the thread after it sent what is left"
-    self._stop.set(); self._now.set(); self._thread.join(5)
+    self._stop.set(); self._now.set()
+    if self._thread is not None: self._thread.join(5)
 
 @patch
 def send_now(self:Reporter, timeout:float=0.05, # seconds to wait for the thread to have sent it
             ):
     "Send what is buffered at once, and wait (briefly) until it is sent: a cell's last step reaches the notebook with its end"
-    if not self.buf or not self._thread.is_alive(): return
+    if not self.buf or self._thread is None or not self._thread.is_alive(): return
     self._sent.clear(); self._asked = True; self._now.set(); self._sent.wait(timeout)
 
 # %% ../nbs/01a_report.ipynb #c2029d4e
