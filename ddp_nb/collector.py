@@ -37,6 +37,11 @@ class RankReport:
         # samples reported in the run, and at how many steps: samples/s from their mean, not the last batch's
         self.samples = [0., 0]
 
+    def silent(self, now:float, # `time.time()`
+              ) -> bool:
+        "No batch for 3 s, or 3 of its batch intervals (2,000 ranks send one every 2 s)"
+        return now - self.seen > max(3., 3 * self.every)
+
 # %% ../nbs/02f1_collector.ipynb #a2043215
 def _replacement(old:RankReport, # the replaced engine's state
                  ranks:dict|None=None, # rank -> state, of every rank now

@@ -75,7 +75,7 @@ def rank_status(s:RankReport|None, # what the reports said, None if the rank nev
         if s.pid not in alive: alive[s.pid] = pid_alive(s.pid)
         if not alive[s.pid]: return 'dead'
     if task == 'error' or (s is not None and s.error): return 'error'
-    if s is not None and now - s.seen > max(3., 3 * s.every): return 'silent'  # 2,000 ranks send a batch every 2 s
+    if s is not None and s.silent(now): return 'silent'
     # the cluster knows a cell ended: no 2 s of 'running' after it
     if task == 'running' or (s is not None and s.busy and task != 'idle'): return 'running'
     if s is not None and s.fresh: return 'replaced'

@@ -101,7 +101,8 @@ class RankSet:
                 ):
         self.rc, self.plan, self.me = rc, list(plan or []), me or host_identity()
         self.ended = {}  # (engine id, pid) -> why, for every engine ddp_nb ended on purpose (`end`)
-        # rank -> the request its cell runs, as its report thread last said (the cluster's collector): None unknown
+        # rank -> the request its cell runs, as its report thread last said (the cluster's collector); True: a cell
+        # runs, which one unknown (or the rank has not been heard from for a while); None: none
         self.cell_of = lambda rank: None
 
     def __len__(self): return len(self.plan)
@@ -218,7 +219,9 @@ class RankSet:
         # and the client notes the engine in the task's metadata; by the route, a cell says nothing as it starts, and
         # its rank's report thread names it as the cell it runs)
         md = self.rc.metadata
-        def started(r, ids): return self.cell_of(r) in ids or any(md[m].get('engine_uuid') is not None for m in ids)
+        def started(r, ids):
+            c = self.cell_of(r)  # (True: a cell runs, which one unknown: the route sends one only to a free engine)
+            return c is True or c in ids or any(md[m].get('engine_uuid') is not None for m in ids)
         return [r for r in ranks if (ids := self.outstanding(r)) and not started(r, ids)]
 
     def abort_queued(self, ranks:list) -> int: # the tasks asked to be aborted
