@@ -251,8 +251,7 @@ def _bring_up(self:DDPCluster,
     ph = self.start_phases = self.start_phases or Phases()  # (start() began it)
     try:
         connect()
-        self._ranks = RankSet(self._rc)
-        self._ranks.cell_of = self._running_cell
+        self._ranks = RankSet(self._rc, cell_of=self._running_cell)
         self._sup = Supervisor(self._ranks, self.cluster_id, self.timeout, progress=lambda: self._collector,
                                death=self._death, limits=self, gone=self._controller_gone, on_gone=self._forget)
         self._form_group(phases=ph)

@@ -10,7 +10,7 @@ from .compat_ipp import record_outputs
 from .core import name_ranks
 from .group import teardown
 from .outputs import RankOutput
-from .ranks import RankSet
+from .ranks import RankSet, wait_all
 
 # %% auto #0
 __all__ = ['ScriptError', 'script_failure', 'follow_script', 'run_script']
@@ -100,10 +100,9 @@ def follow_script(rs:RankSet, # the ranks
         busy = _follow(ars, group_timeout, out, release)
     # a rescue that joined and left answers within moments; one still waiting for a peer that is done now gets SIGINT
     # (a SIGINT landing as a rescue returns can lose its reply: a wait of `group_timeout`, seen once under CI's load)
-    for a in rescues.values(): a.wait(1)
-    waiting = [r for r, a in rescues.items() if not a.ready()]
+    waiting = wait_all(rescues, 1)
     if waiting: rs.signal('SIGINT', waiting)
-    for a in rescues.values(): a.wait(group_timeout)
+    wait_all(rescues, group_timeout)
     for ar in ars.values():
         if ar.ready(): ar.wait_for_output(5)  # the last lines may arrive just after the result
     out.show(final=True)

@@ -11,7 +11,7 @@ from .host import host_identity, pid_alive
 from .compat_ipp import engine_uuids, pending_tasks, task_futures
 
 # %% auto #0
-__all__ = ['clean_traceback', 'CallFailed', 'gather', 'task_state', 'RankSet', 'push']
+__all__ = ['clean_traceback', 'CallFailed', 'wait_all', 'gather', 'task_state', 'RankSet', 'push']
 
 # %% ../nbs/02_ranks.ipynb #c9030e77
 _IPP_FRAME = re.compile(r'^File (<string>:|.*[/\\]ipyparallel[/\\])')
@@ -56,14 +56,20 @@ class CallFailed(RuntimeError):
     def _render_traceback_(self):
         return (self.detail + '\n' if self.detail else '').splitlines() + [f"{type(self).__name__}: {self}"]
 
+def wait_all(ars:dict, # rank -> AsyncResult
+             timeout:float, # seconds to wait for all of them together
+            ) -> list: # the ranks whose result is not ready
+    "Wait for one AsyncResult per rank, `timeout` s in all"
+    deadline = time.monotonic() + timeout
+    for ar in ars.values(): ar.wait(max(0, deadline - time.monotonic()))
+    return [r for r, ar in ars.items() if not ar.ready()]
+
 def gather(ars:dict, # rank -> AsyncResult
            what:str, # what the ranks were doing, for the error
            timeout:float, # seconds to wait for all of them
           ) -> dict: # rank -> result
     "Wait for one AsyncResult per rank; fail naming the ranks that raised or never answered"
-    deadline = time.monotonic() + timeout
-    for ar in ars.values(): ar.wait(max(0, deadline - time.monotonic()))
-    silent = [r for r, ar in ars.items() if not ar.ready()]
+    silent = wait_all(ars, timeout)
     failed = {r: ar for r, ar in ars.items() if ar.ready() and not ar.successful()}
     if failed:
         r, ar = next(iter(failed.items()))
@@ -98,12 +104,12 @@ class RankSet:
     def __init__(self, rc, # a connected `ipyparallel.Client`
                  plan:list|None=None, # one `core.Rank` per rank (`core.plan_ranks`), by rank
                  me:str|None=None, # this notebook's host identity (`host.host_identity`)
+                 # rank -> the request its cell runs, as its report thread last said (the cluster's collector); True:
+                 # a cell runs, which one unknown (or the rank has not been heard from for a while); None: none
+                 cell_of=lambda rank: None,
                 ):
-        self.rc, self.plan, self.me = rc, list(plan or []), me or host_identity()
+        self.rc, self.plan, self.me, self.cell_of = rc, list(plan or []), me or host_identity(), cell_of
         self.ended = {}  # (engine id, pid) -> why, for every engine ddp_nb ended on purpose (`end`)
-        # rank -> the request its cell runs, as its report thread last said (the cluster's collector); True: a cell
-        # runs, which one unknown (or the rank has not been heard from for a while); None: none
-        self.cell_of = lambda rank: None
 
     def __len__(self): return len(self.plan)
     def snapshot(self) -> RankSet:

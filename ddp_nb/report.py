@@ -247,7 +247,8 @@ HEAD = dict(
     pid=(True, lambda v, n: type(v) is int and 0 < v < 2**63),
     host=(True, lambda v, n: type(v) is str and len(v) <= 256 and v.isprintable()), t=(False, lambda v, n: _num(v)),
     every=(False, lambda v, n: _num(v, 1e-3) and v <= 3600), busy=(True, lambda v, n: type(v) is bool),
-    cell=(False, lambda v, n: type(v) is bool or type(v) is str and 0 < len(v) <= 128 and v.isprintable()), dropped=(False, lambda v, n: type(v) is int and 0 <= v < 2**63),
+    cell=(False, lambda v, n: type(v) is bool or type(v) is str and 0 < len(v) <= 128 and v.isprintable()),
+    dropped=(False, lambda v, n: type(v) is int and 0 <= v < 2**63),
     flags=(False, lambda v, n: type(v) is list and len(v) <= MAX_FLAGS and all(map(_flag, v))),
     error=(False, lambda v, n: v is None or type(v) is list and len(v) == 2 and _num(v[0]) and _text(v[1])),
     stop_eta=(False, lambda v, n: v is None or _num(v, 0)), load=(False, _load),
@@ -312,10 +313,10 @@ class Reporter:
         self._stop, self._now, self._sent = threading.Event(), threading.Event(), threading.Event()
         self._idle = self._asked = False  # the thread waits `idle_every` (a report wakes it); send_now asked
         self._thread = None
-        if sock is not None: return
-        self._hook_errors()
-        self._thread = threading.Thread(target=self._loop, daemon=True, name='ddp_nb-report')
-        self._thread.start()
+        if sock is None:
+            self._hook_errors()
+            self._thread = threading.Thread(target=self._loop, daemon=True, name='ddp_nb-report')
+            self._thread.start()
 
     def report(self, step=None, **metrics):
         "Record metrics for `step` (default: one more than the last); returns at once"
@@ -434,8 +435,7 @@ def _cell_started(*args):
     "IPython pre_execute: a cell starts on this engine; its errors so far are forgotten"
     r = ctx.reporter
     if r is not None:
-        k = engine_kernel()
-        r.error, r.in_cell = None, (running_request(k) if k is not None else None) or True
+        r.error, r.in_cell = None, running_request(engine_kernel()) or True
         if r._idle: r._wake()  # (the notebook hears at once that a cell runs: its active time counts from here)
 
 def _cell_ended(*args):
