@@ -11,11 +11,11 @@ from .core import cluster_owner
 from .host import pid_alive
 
 # %% auto #0
-__all__ = ['OWNER_ENV', 'RANK_FILE', 'ENGINE_CMD', 'CONTROLLER_CMD', 'owner_token', 'owner_alive', 'wait_for_exit',
-           'cluster_processes', 'cluster_members', 'cluster_procs', 'kill_procs', 'cluster_files', 'end_cluster',
-           'rank_dir', 'private_file', 'write_private', 'rank_files', 'remove_rank_files', 'stale_files',
-           'sweep_stale_files', 'start_owner_watch', 'recorder_env', 'engine_main', 'imports_frozen', 'controller_main',
-           'watch_owner']
+__all__ = ['OWNER_ENV', 'RANK_FILE', 'ENGINE_LOG_LEVEL', 'ENGINE_CMD', 'CONTROLLER_CMD', 'owner_token', 'owner_alive',
+           'wait_for_exit', 'cluster_processes', 'cluster_members', 'cluster_procs', 'kill_procs', 'cluster_files',
+           'end_cluster', 'rank_dir', 'private_file', 'write_private', 'rank_files', 'remove_rank_files', 'stale_files',
+           'sweep_stale_files', 'start_owner_watch', 'torch_before', 'recorder_env', 'engine_argv', 'engine_main',
+           'imports_frozen', 'controller_main', 'watch_owner']
 
 # %% ../nbs/00d_processes.ipynb #21438bbf
 OWNER_ENV = 'DDP_NB_OWNER'  # 'pid:start time' of the process whose exit ends the cluster; '' for a persistent cluster
@@ -248,12 +248,30 @@ def _warm_import():
     try: import torch, torch.distributed  # (the seconds of an engine's first task; ddp_nb's own rank side is light)
     except BaseException as e: print(f"ddp_nb: background import of torch failed: {e!r}", file=sys.stderr)
 
+def torch_before(version:tuple, # (major, minor)
+                ) -> bool: # False where torch is not installed
+    "Whether the installed torch is older than `version`, read from its metadata (without importing it)"
+    from importlib.metadata import PackageNotFoundError, version as installed
+    try: have = installed('torch')
+    except PackageNotFoundError: return False
+    return tuple(int(x) for x in re.findall(r'\d+', have)[:2]) < version
+
 def recorder_env():
     "Size the flight recorder's ring before torch makes it (an engine, a fork server): 256 unless set"
     # the flight recorder's ring (ddp_nb.collectives): 256 writes in ~10 ms, 2000 in ~0.7 s
     os.environ.setdefault('TORCH_FR_BUFFER_SIZE', '256')
-    # NCCL's recorder, in torch versions that read the older name
-    os.environ.setdefault('TORCH_NCCL_TRACE_BUFFER_SIZE', os.environ['TORCH_FR_BUFFER_SIZE'])
+    # NCCL's recorder in a torch before 2.11 reads only the older name; a later one warns that it is deprecated, in
+    # every rank's output
+    if torch_before((2, 11)): os.environ.setdefault('TORCH_NCCL_TRACE_BUFFER_SIZE', os.environ['TORCH_FR_BUFFER_SIZE'])
+
+ENGINE_LOG_LEVEL = 'WARN'  # an engine's own log: at ipyparallel's INFO it writes a line per task to its output
+_LOG_FLAGS = ('--log-level', '--log_level', '--Application.log_level', '--IPEngine.log_level', '--debug')
+
+def engine_argv(argv:list, # an engine's sys.argv
+               ) -> list:
+    "`argv` with the engine's log at `ENGINE_LOG_LEVEL`, unless it sets a level itself"
+    if any(a.split('=', 1)[0] in _LOG_FLAGS for a in argv[1:]): return argv
+    return argv + [f'--log-level={ENGINE_LOG_LEVEL}']
 
 def engine_main():
     "Run an ipyparallel engine that dies with its owner, importing torch in a background thread meanwhile"
@@ -261,6 +279,7 @@ def engine_main():
     start_owner_watch()
     recorder_env()
     threading.Thread(target=_warm_import, daemon=True, name='ddp_nb-warm-import').start()
+    sys.argv = engine_argv(sys.argv)
     ipp_engine_main()
 
 @contextlib.contextmanager

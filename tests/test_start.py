@@ -19,6 +19,15 @@ def test_start_in_a_kernel_imports_no_torch_and_says_where_its_time_went(no_left
         _, out, err, _ = k.run("%%px\nimport torch\nt = torch.ones(1); dist.all_reduce(t); print(int(t.item()))")
         assert err is None and out.count('2') >= 2, out   # the ranks have torch and the group
         assert k.value("'torch' in sys.modules") is False   # a %%px cell does not bring it into the kernel either
+        # each engine's output file holds what went wrong, not a log line per cell, and no torch deprecation warning
+        # of ddp_nb's making (read afresh: `launcher_output` is ipyparallel's first read of it, kept)
+        k.ok("from ddp_nb.compat_ipp import engine_launchers")
+        logs = "[open(l.output_file).read() for l in engine_launchers(cl._ipp)]"
+        before = k.value(logs)
+        for _ in range(20): assert k.run("%%px\nx = 1").error is None
+        after = k.value(logs)
+        assert len(after) == 2 and after == before, after
+        assert not any('Handling execute_request' in o or 'TORCH_NCCL_TRACE_BUFFER_SIZE' in o for o in after), after
     finally:
         k.close()
 
