@@ -176,11 +176,7 @@ def await_registration(rc, # a connected Client
                       ):
     "Wait until `n` engines registered (failing at once if an engine set stops), with a progress bar in a notebook"
     fut = rc.wait_for_engines(n, timeout=timeout, block=False, interactive=False)
-    pb = None
-    # engines start in parallel: a count and the time, no per-engine rate
-    if bar and _shows_bar():
-        from tqdm.auto import tqdm
-        pb = tqdm(total=n, desc='Engines registered', bar_format='{desc}: {n}/{total} {bar} {elapsed}', leave=False)
+    pb, shown = _registration_bar(n) if bar and _shows_bar() else (None, None)
     # (ipyparallel's own timeout ends `fut`; this deadline holds should its IO loop not)
     deadline = time.monotonic() + timeout + 5
     try:
@@ -195,6 +191,19 @@ def await_registration(rc, # a connected Client
         if pb is not None: pb.update(n - pb.n)
     finally:
         if pb is not None: pb.close()
+    # (the widget hides itself; the text a notebook saves for those who see no widgets said 0/n: now nothing)
+    if shown is not None: shown.update({'text/plain': ''}, raw=True)
+
+def _registration_bar(n:int, # engines to wait for
+                     ) -> tuple: # (the bar, the display that shows it, or None outside a notebook)
+    "A bar of the engines registered: a count and the time (they start in parallel: no rate)"
+    from tqdm.auto import tqdm
+    widget = any(c.__module__ == 'tqdm.notebook' for c in tqdm.__mro__)  # (else a text bar, in a terminal's IPython)
+    pb = tqdm(total=n, desc='Engines registered', bar_format='{desc}: {n}/{total} {bar} {elapsed}', leave=False,
+              **({'display': False} if widget else {}))
+    if not widget: return pb, None
+    from IPython.display import display
+    return pb, display(pb.container, display_id=True)  # (by id: its last frame can be replaced)
 
 def wait_for_engines(rc, n:int|None, wait:float):
     "Wait until `n` engines registered (or at least one, with n=None), or say how to start them"
