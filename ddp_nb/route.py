@@ -4,7 +4,7 @@
 
 # %% ../nbs/00i_route.ipynb #c270f50e
 from __future__ import annotations
-import asyncio, errno, inspect, logging, sys, threading, time
+import asyncio, collections, errno, inspect, logging, sys, threading, time
 import zmq
 from .compat_ipp import (CompatError, client_context, client_loop, engine_kernel, handle_reply,
                                kernel_turn, out_streams, outputs_complete, pending_tasks, publish_idle)
@@ -12,11 +12,61 @@ from .compat_ipp import (CompatError, client_context, client_loop, engine_kernel
 log = logging.getLogger('ddp_nb.route')
 
 # %% auto #0
-__all__ = ['log', 'ROUTE_MAX_BYTES', 'QUIET', 'open_route', 'Route', 'RouteSocket']
+__all__ = ['log', 'ROUTE_MAX_BYTES', 'QUIET', 'TRANSFORMS_KEPT', 'remember_transforms', 'remember_cell_names', 'open_route',
+           'Route', 'RouteSocket']
 
 # %% ../nbs/00i_route.ipynb #4286f954
 ROUTE_MAX_BYTES = 64 << 20  # the largest message a route carries, either way: a larger cell goes through the controller
 QUIET = 'ddp_nb_quiet'  # in a reply's metadata: True when the cell published nothing on IOPub (no outputs to wait for)
+
+# %% ../nbs/00i_route.ipynb #f6118714
+TRANSFORMS_KEPT = 64  # cells whose static transform an engine remembers (the last run)
+
+class _Kept:
+    "The last `keep` values made for texts of up to `most` characters, by key"
+    def __init__(self, keep:int, most:int): self.kept, self.keep, self.most = collections.OrderedDict(), keep, most
+
+    def get(self, key, text:str, make):
+        "The value kept for `key`, else `make()` (kept if `text` is short enough)"
+        if key in self.kept: self.kept.move_to_end(key); return self.kept[key]
+        v = make()
+        if len(text) <= self.most:
+            self.kept[key] = v
+            if len(self.kept) > self.keep: self.kept.popitem(last=False)
+        return v
+
+def remember_transforms(shell, # an IPython shell (on an engine: its kernel's)
+                        keep:int=TRANSFORMS_KEPT, # cells remembered, the last run
+                        most:int=1 << 18, # characters a cell may have to be remembered
+                       ) -> bool: # False if it remembers already
+    "Make `shell` transform a cell it ran before from memory (IPython's static transform: same text, same result)"
+    # (`TransformerManager.transform_cell`, its cleanup, line and token transformers: tested with IPython 9.18)
+    m = shell.input_transformer_manager
+    if getattr(m.transform_cell, 'remembers', False): return False
+    if not all(isinstance(getattr(m, a, None), list) for a in ('cleanup_transforms', 'line_transforms', 'token_transformers')):
+        raise CompatError("IPython's TransformerManager has no cleanup_transforms, line_transforms or token_transformers")
+    transform, kept = m.transform_cell, _Kept(keep, most)
+    def transform_cell(cell:str) -> str:
+        key = (cell, *map(id, m.cleanup_transforms), None, *map(id, m.line_transforms), None, *map(id, m.token_transformers))
+        return kept.get(key, cell, lambda: transform(cell))
+    transform_cell.remembers = True
+    m.transform_cell = transform_cell
+    return True
+
+def remember_cell_names(keep:int=TRANSFORMS_KEPT, # cells remembered, the last named
+                        most:int=1 << 18, # characters a cell may have to be remembered
+                       ) -> bool: # False if it remembers already
+    "Make ipykernel name the file of a cell it named before from memory (a pure-Python hash of the whole cell)"
+    # (`ipykernel.compiler.murmur2_x86`, which `get_file_name` calls by name: tested with ipykernel 7.4)
+    from ipykernel import compiler
+    murmur = getattr(compiler, 'murmur2_x86', None)
+    if getattr(murmur, 'remembers', False): return False
+    if not callable(murmur): raise CompatError("ipykernel.compiler has no murmur2_x86")
+    kept = _Kept(keep, most)
+    def murmur2_x86(data, seed): return kept.get((data, seed), data, lambda: murmur(data, seed))
+    murmur2_x86.remembers = True
+    compiler.murmur2_x86 = murmur2_x86
+    return True
 
 # %% ../nbs/00i_route.ipynb #d1a36101
 _open = {}  # this engine's route once open: port, socket, stream, and its counts (served, dropped)
@@ -44,6 +94,8 @@ def open_route() -> int|str|None: # the port; why none opened; None outside an e
     if 'port' in _open: return _open['port']
     k = engine_kernel()
     if k is None: return None
+    try: remember_transforms(k.shell); remember_cell_names()  # (every cell it runs, by the route or the controller)
+    except CompatError as e: log.info("ddp_nb: a cell run again is transformed or named afresh: %s", e)
     try: kernel_turn(k)
     except CompatError as e: return str(e)
     if not bytes(k.session.key): return "this cluster's messages are not signed (its session has no key)"
