@@ -5,7 +5,9 @@ Five things a user does, each timed as the user sees it, in a real Jupyter kerne
 gloo: start (until 2 ranks have a formed group and a first all_reduce returned; torch not yet imported in the kernel),
 a warm cell (one all_reduce on every rank), iteration with state (new lr + 10 steps of a small DDP model kept on the
 ranks), replacing a killed rank, a repeated unchanged torchrun script. Every side runs in the same run, in rotating
-rounds (a fresh kernel for each side each round); medians and min-max.
+rounds (a fresh kernel for each side each round); medians and min-max. Then ddp_nb's warm cell against Monarch's with
+both kernels up at once, in blocks of cells alternated between them (`interleaved`): the machine's drift within a
+run (±25% on 2 cores) falls on both, so their ratio is the one to trust.
 
 The peers live in their own environment (torch must be the very same version as ddp_nb's): their kernels run on the
 interpreter `BENCH_PEERS_PYTHON` names (default: this one); a peer that does not import there is skipped with one line
@@ -188,6 +190,28 @@ def side_round(name: str, s: dict, py: str, T: dict, cells: int, iters: int, scr
         if left: print(f"{name}: still running after its kernel closed: {left}", flush=True)
 
 
+def interleaved(a: str, b: str, pys: dict, blocks: int = 16, n: int = 25) -> dict:
+    """Warm cells of sides `a` and `b`, both kernels up at once, in blocks of `n` alternated (`a` first in even
+    blocks): the machine's drift falls on both. {side: [seconds]}, and 'wins': blocks whose median `a` had lower"""
+    ks, T, med_of = {}, {a: [], b: []}, {a: [], b: []}
+    try:
+        for name in (a, b):
+            s = SIDES[name]; k = ks[name] = peer_kernel(pys[name], False, '')
+            for c in s['start']: cell(k, c)
+            for _ in range(30): cell(k, s['warm'])   # warm: past the first cells
+        for i in range(blocks):
+            for name in ((a, b) if i % 2 == 0 else (b, a)):
+                ts = [cell(ks[name], SIDES[name]['warm'])[0] for _ in range(n)]
+                T[name] += ts; med_of[name].append(med(ts))
+    finally:
+        for name, k in ks.items():
+            try:
+                if SIDES[name].get('stop'): cell(k, SIDES[name]['stop'], timeout=120)
+            finally: k.close()
+    T['wins'], T['blocks'] = sum(x < y for x, y in zip(med_of[a], med_of[b])), blocks
+    return T
+
+
 def torchrun_round(py: str, T: dict, scripts: int, path: str):
     "`torchrun --standalone --nproc_per_node=2 script` from the shell (or a `!` cell), timed to its exit"
     for _ in range(scripts):
@@ -236,6 +260,7 @@ def run(rounds: int = 3, cells: int = 10, iters: int = 3, scripts: int = 3, peer
     d = tempfile.mkdtemp(prefix='ddp_nb-peers-script-')
     path = os.path.join(d, 'train.py'); Path(path).write_text(SCRIPT)
     order = list(active) + (['torchrun'] if _picked('torchrun', sides) else [])
+    pair = None
     try:
         for r in range(rounds):
             for name in order[r % len(order):] + order[:r % len(order)]:
@@ -248,6 +273,8 @@ def run(rounds: int = 3, cells: int = 10, iters: int = 3, scripts: int = 3, peer
                     notes[name] = f"failed: {type(e).__name__}: {str(e)[:300]}"
                 print(f"round {r + 1}/{rounds} {name}: {time.perf_counter() - t0:.1f} s"
                       + (f" ({notes[name]})" if name in notes else ''), flush=True)
+        both = 'ddp_nb' in active and 'Monarch' in active and 'ddp_nb' not in notes and 'Monarch' not in notes
+        pair = interleaved('ddp_nb', 'Monarch', active, *((2, 3) if cells < 10 else (16, 25))) if both else None
     finally:
         shutil.rmtree(d, ignore_errors=True)
         from ddp_nb.forkserver import stop_standbys
@@ -286,7 +313,17 @@ def run(rounds: int = 3, cells: int = 10, iters: int = 3, scripts: int = 3, peer
             "patterns that match other programs' processes).\n\n"
             f"ddp_nb's kernel: `{sys.executable}` (torch {ours.get('torch')}); the peers' kernels: `{py}` ({vers}).\n\n"
             + table(['side', 'start', 'warm cell', 'iteration with state', 'replace a rank', 'repeated script'], rows)
+            + (_pair_line(pair) if pair else '')
             + ('\n\n' + '\n'.join(failed) if failed else ''))
+
+
+def _pair_line(T: dict) -> str:
+    "The interleaved warm cells, as a paragraph"
+    n, a, b = len(T['ddp_nb']), med(T['ddp_nb']), med(T['Monarch'])
+    return (f"\n\nWarm cell, interleaved: both kernels up at once (ddp_nb's and Monarch's, as above), {n} cells each in "
+            f"blocks alternated between them, so that the machine's drift (±25% within minutes on these 2 cores) falls on "
+            f"both: ddp_nb **{a * 1e3:.2f} ms**, Monarch **{b * 1e3:.2f} ms** (**{a / b:.2f}×**; ddp_nb's block median "
+            f"the lower in {T['wins']} of {T['blocks']} blocks).")
 
 
 def main(argv=None):

@@ -51,8 +51,11 @@ def peers(path=ROOT/'benchmarks'/'results.md') -> str:
     title, rows = sec.splitlines()[0], table_rows(sec)
     out = ['| ' + ' | '.join(rows[0]) + ' |', '|' + '---|' * len(rows[0])]
     out += ['| ' + ' | '.join([r[0]] + [_short(c) for c in r[1:]]) + ' |' for r in rows[2:]]
+    m = re.search(r"ddp_nb \*\*([\d.]+ ms)\*\*, Monarch \*\*([\d.]+ ms)\*\* \(\*\*([\d.]+×)\*\*", sec)
+    pair = (f" A warm cell with ddp_nb's and Monarch's kernels up at once, blocks of cells alternated so that the "
+            f"machine's drift falls on both: {m[1]} vs {m[2]} ({m[3]}).") if m else ''
     return '\n'.join(out + ['', f"Medians, 2 CPU ranks on gloo, from [{title.split(':')[0]}](benchmarks/results.md#{anchor(title)}) "
-                             "(spread, counts, versions and how each is measured there)."])
+                             "(spread, counts, versions and how each is measured there)." + pair])
 
 
 def gpu(path=ROOT/'benchmarks'/'results.md') -> str:
