@@ -121,6 +121,8 @@ class Dashboard:
         self.costs = deque(maxlen=5)  # seconds the last frames took to draw
         self.host = host_identity()
         self.last_text, self._was_busy, self._logged = '', False, set()
+        # a frame drawn (or printed) by the collector's thread, and `close`, one at a time: none after it
+        self.lock, self.closed = threading.Lock(), False
         if self.mode == 'widget': self._make_widgets()
         self.col.listeners.append(self._tick)
         self.col.finals.append(self._final)
@@ -389,17 +391,19 @@ def frame(self:Dashboard, snap:Snapshot) -> tuple:
 @patch
 def _draw(self:Dashboard):
     "Redraw the widget from one snapshot of the collector's state"
-    # this thread's CPU: what pacing limits (wall time on a busy machine would stall the dashboard)
-    t = time.thread_time()
-    snap = self.snapshot()
-    value, self.shown = self.frame(snap)
-    self.w.value = value
-    self.drawn_version, self.drawn_signature, self.draws = snap.version, self.shown['signature'], self.draws + 1
-    if snap.newest > self.drawn_newest:  # report -> drawn latency, for draws that show new points
-        self.latencies.append(time.time() - snap.newest); self.drawn_newest = snap.newest
-    self.costs.append(time.thread_time() - t)
-    # the (lower) median of recent frames: one slow frame (the first plot) does not stall the next
-    self.cost = sorted(self.costs)[(len(self.costs) - 1) // 2]
+    with self.lock:
+        if self.closed: return
+        # this thread's CPU: what pacing limits (wall time on a busy machine would stall the dashboard)
+        t = time.thread_time()
+        snap = self.snapshot()
+        value, self.shown = self.frame(snap)
+        self.w.value = value
+        self.drawn_version, self.drawn_signature, self.draws = snap.version, self.shown['signature'], self.draws + 1
+        if snap.newest > self.drawn_newest:  # report -> drawn latency, for draws that show new points
+            self.latencies.append(time.time() - snap.newest); self.drawn_newest = snap.newest
+        self.costs.append(time.thread_time() - t)
+        # the (lower) median of recent frames: one slow frame (the first plot) does not stall the next
+        self.cost = sorted(self.costs)[(len(self.costs) - 1) // 2]
 
 # %% ../nbs/02f3_dashboard.ipynb #0415c5df
 @patch
@@ -434,12 +438,14 @@ def _tick(self:Dashboard):
 @patch
 def _print(self:Dashboard):
     "Print the text frame if it changed"
-    snap = self.snapshot(series=self.big)
-    t = self.text(snap)
-    if t != self.last_text:
-        print(t, file=self.out or sys.stdout, flush=True)
-        self.last_text = t
-    self.drawn_version = snap.version
+    with self.lock:
+        if self.closed: return
+        snap = self.snapshot(series=self.big)
+        t = self.text(snap)
+        if t != self.last_text:
+            print(t, file=self.out or sys.stdout, flush=True)
+            self.last_text = t
+        self.drawn_version = snap.version
 
 # %% ../nbs/02f3_dashboard.ipynb #946606ea
 @patch
@@ -454,12 +460,14 @@ def close(self:Dashboard,
           note:str|None=None, # a line shown above the last frame, e.g. why it stopped updating
          ):
     "Stop updating"
-    if self._tick in self.col.listeners: self.col.listeners.remove(self._tick)
-    if self._final in self.col.finals: self.col.finals.remove(self._final)
-    if note and self.mode == 'widget':
-        self.w.value = (f"<div class='ddp-nb-moved' style='color:#9a6700;font-family:monospace;font-size:12px'>"
-                        f"{html.escape(note)}</div>" + self.w.value)
-    elif note: print(note, file=self.out or sys.stdout)
+    with self.lock:  # (after a frame the collector's thread is drawing: it would cover the note)
+        self.closed = True
+        if self._tick in self.col.listeners: self.col.listeners.remove(self._tick)
+        if self._final in self.col.finals: self.col.finals.remove(self._final)
+        if note and self.mode == 'widget':
+            self.w.value = (f"<div class='ddp-nb-moved' style='color:#9a6700;font-family:monospace;font-size:12px'>"
+                            f"{html.escape(note)}</div>" + self.w.value)
+        elif note: print(note, file=self.out or sys.stdout)
 
 # %% ../nbs/02f3_dashboard.ipynb #1a1c5ef5
 @patch
