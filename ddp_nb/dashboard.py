@@ -21,7 +21,7 @@ _all_ = ['Tail', 'Series', 'Band', 'History', 'IDLE_GAP', 'RankReport', 'Snapsho
          'is_breakdown', 'plot_data', 'band_data', 'Plot', 'mpl_color', 'plot_svg']
 
 # %% auto #0
-__all__ = ['STATUS_COLORS', 'DARK_COLORS', 'theme_css', 'rank_status', 'Dashboard', 'status_summary', 'head_line',
+__all__ = ['STATUS_COLORS', 'DARK_COLORS', 'CLOSE_WAIT', 'theme_css', 'rank_status', 'Dashboard', 'status_summary', 'head_line',
            'warning_lines', 'compact_ranks', 'rank_table', 'Tail', 'Series', 'Band', 'History', 'IDLE_GAP',
            'RankReport', 'Snapshot', 'Collector', 'deviation', 'MIN_RATE_SPAN', 'progress', 'mean_line', 'PLOT_MAX',
            'auto_logy', 'plot_limits', 'limits_hold', 'is_breakdown', 'plot_data', 'band_data', 'Plot', 'mpl_color',
@@ -455,12 +455,16 @@ def _final(self:Dashboard):
     else: self._print()
 
 # %% ../nbs/02f3_dashboard.ipynb #17bd5d69
+CLOSE_WAIT = 10.  # seconds `close` waits for a frame being drawn
+
 @patch
 def close(self:Dashboard,
           note:str|None=None, # a line shown above the last frame, e.g. why it stopped updating
          ):
     "Stop updating"
-    with self.lock:  # (after a frame the collector's thread is drawing: it would cover the note)
+    # after the frame the collector's thread may be drawing (it would cover the note); a frame takes well under a second
+    got = self.lock.acquire(timeout=CLOSE_WAIT)
+    try:
         self.closed = True
         if self._tick in self.col.listeners: self.col.listeners.remove(self._tick)
         if self._final in self.col.finals: self.col.finals.remove(self._final)
@@ -468,6 +472,8 @@ def close(self:Dashboard,
             self.w.value = (f"<div class='ddp-nb-moved' style='color:#9a6700;font-family:monospace;font-size:12px'>"
                             f"{html.escape(note)}</div>" + self.w.value)
         elif note: print(note, file=self.out or sys.stdout)
+    finally:
+        if got: self.lock.release()
 
 # %% ../nbs/02f3_dashboard.ipynb #1a1c5ef5
 @patch

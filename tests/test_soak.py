@@ -19,10 +19,16 @@ import gc, io, os, threading, time
 from ddp_nb import DDPCluster
 from ddp_nb.processes import cluster_procs
 from ddp_nb.compat_ipp import engine_state_file
+def _fds():
+    "This kernel's open file descriptors, less IPython's history database (its journal comes and goes with each cell's write)"
+    def target(f):
+        try: return os.readlink(f'/proc/self/fd/{f}')
+        except OSError: return ''
+    return [t for t in map(target, os.listdir('/proc/self/fd')) if 'history.sqlite' not in t]
 def counts():
     "This kernel's threads (Python's, and the OS's), open file descriptors and resident memory in MB"
     gc.collect()
-    return dict(threads=threading.active_count(), names=sorted(t.name for t in threading.enumerate()), tasks=len(os.listdir('/proc/self/task')), fds=len(os.listdir('/proc/self/fd')),
+    return dict(threads=threading.active_count(), names=sorted(t.name for t in threading.enumerate()), tasks=len(os.listdir('/proc/self/task')), fds=len(_fds()), fd_names=sorted(_fds()),
                 rss=int(open('/proc/self/statm').read().split()[1]) * os.sysconf('SC_PAGE_SIZE') / 2**20)
 def wait_for(cond, limit=60):
     "Poll `cond` until it is true (True) or `limit` s passed (False)"
@@ -55,14 +61,21 @@ def k():
 
 def grew(before: dict, after: dict) -> dict:
     "How much each count grew"
-    return {key: round(after[key] - before[key], 1) for key in before if key != 'names'}
+    return {key: round(after[key] - before[key], 1) for key in before if key not in ('names', 'fd_names')}
+
+
+def _diff(a: list, b: list) -> list:
+    "What `a` has more of than `b` (a multiset difference)"
+    from collections import Counter
+    return sorted((Counter(a) - Counter(b)).elements())
 
 
 def assert_flat(before: dict, after: dict, what: str, n: int):
     "Threads and file descriptors equal within 1, memory within RSS_MB after `n` cycles"
     d, bound = grew(before, after), RSS_MB[0] + RSS_MB[1] * n
     print(f"\n{what}: before {before}, after {after}, grew {d}")
-    assert all(abs(d[key]) <= 1 for key in ('threads', 'tasks', 'fds')), f"{what}: the kernel leaks: grew {d}; threads new {sorted(set(after['names']) - set(before['names']))}"
+    assert all(abs(d[key]) <= 1 for key in ('threads', 'tasks', 'fds')), (f"{what}: the kernel leaks: grew {d}; threads new {sorted(set(after['names']) - set(before['names']))}; "
+                                                                   f"descriptors opened {_diff(after['fd_names'], before['fd_names'])}, closed {_diff(before['fd_names'], after['fd_names'])}")
     assert d['rss'] <= bound, f"{what}: the kernel's memory grew by {d['rss']} MB (bound {bound:g} MB)"
 
 
