@@ -37,6 +37,13 @@ def wait_for(cond, limit=60):
         if time.monotonic() > deadline: return False
         time.sleep(0.05)
     return True
+def baseline(span=3.):
+    "counts() at its lowest over `span` s (what the last cycle was still closing, closed), polled every 0.25 s"
+    best, deadline = counts(), time.monotonic() + span
+    while time.monotonic() < deadline:
+        time.sleep(0.25); c = counts()
+        if sum(c[k] for k in ('threads', 'tasks', 'fds')) < sum(best[k] for k in ('threads', 'tasks', 'fds')): best = c
+    return best
 def settled(before, limit=10):
     "counts() once threads and descriptors are back within 1 of `before` (a socket of the last cycle may still be closing), or after `limit` s"
     deadline = time.monotonic() + limit
@@ -134,7 +141,7 @@ def test_reforms_leave_one_store_and_check_tells_the_truth_after_garbage(k, cl):
     pids = rank_pids(k)
     first_port = k.value("cl.master_port")
     k.ok("cl.reform()")  # warm-up: a group re-formed once (the first one used to stay, pinned)
-    k0, r0, ports = k.value("counts()"), rank_counts(pids), [first_port, k.value("cl.master_port")]
+    k0, r0, ports = k.value("baseline()"), rank_counts(pids), [first_port, k.value("cl.master_port")]
     t0 = time.monotonic()
     for _ in range(n):
         k.ok("cl.reform()")
@@ -185,7 +192,7 @@ def test_kill_and_restart_cycles_keep_every_rank_on_the_dashboard(k, cl):
         assert pts == {'0': list(range(step - 5, step)), '1': list(range(step - 5, step))}, pts
         assert k.value("n_cluster_procs() == n_procs"), "a replaced engine left processes behind"
     cycle(again=False)  # warm-up
-    k0 = k.value("counts()")
+    k0 = k.value("baseline()")
     t0 = time.monotonic()
     for i in range(n): cycle(again=i % 2 == 1)
     took = time.monotonic() - t0
@@ -209,7 +216,7 @@ assert not os.path.exists(engine_state_file(ipp)), 'the controller left its engi
 def test_start_stop_cycles_leave_the_kernel_as_it_was(k):
     n = SOAK or 2
     if not k.value("'cl' in globals()"): k.ok(CYCLE)  # warm-up: the kernel's first cluster imports and starts what lives as long as it
-    k0 = k.value("counts()")
+    k0 = k.value("baseline()")
     t0 = time.monotonic()
     try:
         for _ in range(n): k.ok(CYCLE)
