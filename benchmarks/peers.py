@@ -238,7 +238,7 @@ METRICS = ['start', 'warm', 'iterate', 'replace', 'script']
 
 
 def run(rounds: int = 3, cells: int = 10, iters: int = 3, scripts: int = 3, peers_python: str | None = None,
-        sides: list | None = None) -> str:
+        sides: list | None = None, blocks: tuple = (16, 25)) -> str:
     "The peers section, as markdown (`sides`: names to run, default all, 'torchrun' included)"
     py = peers_python or PEERS_PY
     ours, theirs = probe(sys.executable), probe(py)
@@ -274,7 +274,7 @@ def run(rounds: int = 3, cells: int = 10, iters: int = 3, scripts: int = 3, peer
                 print(f"round {r + 1}/{rounds} {name}: {time.perf_counter() - t0:.1f} s"
                       + (f" ({notes[name]})" if name in notes else ''), flush=True)
         both = 'ddp_nb' in active and 'Monarch' in active and 'ddp_nb' not in notes and 'Monarch' not in notes
-        pair = interleaved('ddp_nb', 'Monarch', active, *((2, 3) if cells < 10 else (16, 25))) if both else None
+        pair = interleaved('ddp_nb', 'Monarch', active, *blocks) if both else None   # (`blocks`: how many, cells each)
     finally:
         shutil.rmtree(d, ignore_errors=True)
         from ddp_nb.forkserver import stop_standbys
@@ -334,7 +334,7 @@ def main(argv=None):
     ap.add_argument('--sides', default=None, help=f"comma-separated, of: {', '.join(SIDES)}, torchrun (default: all)")
     a = ap.parse_args(argv)
     sides = None if a.sides is None else [x.strip() for x in a.sides.split(',')]
-    print(run(1, 2, 1, 1, a.peers_python, sides) if a.fast else run(a.rounds, peers_python=a.peers_python, sides=sides))
+    print(run(1, 2, 1, 1, a.peers_python, sides, blocks=(2, 3)) if a.fast else run(a.rounds, peers_python=a.peers_python, sides=sides))
 
 
 if __name__ == '__main__':

@@ -469,8 +469,8 @@ def close(self:Dashboard,
         if self._tick in self.col.listeners: self.col.listeners.remove(self._tick)
         if self._final in self.col.finals: self.col.finals.remove(self._final)
         if note and self.mode == 'widget':
-            self.w.value = (f"<div class='ddp-nb-moved' style='color:#9a6700;font-family:monospace;font-size:12px'>"
-                            f"{html.escape(note)}</div>" + self.w.value)
+            style = 'color:#9a6700;font-family:monospace;font-size:12px'
+            self.w.value = f"<div class='ddp-nb-moved' style='{style}'>{html.escape(note)}</div>" + self.w.value
         elif note: print(note, file=self.out or sys.stdout)
     finally:
         if got: self.lock.release()

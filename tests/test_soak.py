@@ -28,7 +28,8 @@ def _fds():
 def counts():
     "This kernel's threads (Python's, and the OS's), open file descriptors and resident memory in MB"
     gc.collect()
-    return dict(threads=threading.active_count(), names=sorted(t.name for t in threading.enumerate()), tasks=len(os.listdir('/proc/self/task')), fds=len(_fds()), fd_names=sorted(_fds()),
+    fds = sorted(_fds())
+    return dict(threads=threading.active_count(), names=sorted(t.name for t in threading.enumerate()), tasks=len(os.listdir('/proc/self/task')), fds=len(fds), fd_names=fds,
                 rss=int(open('/proc/self/statm').read().split()[1]) * os.sysconf('SC_PAGE_SIZE') / 2**20)
 def wait_for(cond, limit=60):
     "Poll `cond` until it is true (True) or `limit` s passed (False)"
