@@ -19,8 +19,8 @@ __all__ = ['log', 'tested_versions', 'min_versions', 'OUTPUT_MSGS', 'PING_AGAIN_
            'on_uncaught_error', 'plain_tracebacks', 'session_key', 'bind_engine_kernel', 'engine_kernel', 'kernel_turn',
            'publish_idle', 'out_streams', 'running_request', 'client_loop', 'client_context', 'handle_reply',
            'outputs_complete', 'wrap_view_socket', 'supervised_result', 'controller_process', 'hub_answers',
-           'abandon_client', 'ask_to_exit', 'engine_exits', 'replace_nanny_start', 'adopt_process',
-           'register_hearts_at_once', 'fast_dates']
+           'abandon_client', 'ask_to_exit', 'engine_exits', 'replace_nanny_start', 'engine_without_debugger',
+           'adopt_process', 'register_hearts_at_once', 'fast_dates']
 
 # %% ../nbs/00b_compat_ipp.ipynb #72e936ea
 tested_versions = dict(ipyparallel='9.2', IPython='9.18', ipykernel='7.4')  # major.minor the tests of this module ran against
@@ -495,6 +495,20 @@ def _source(f) -> str:
     import inspect
     try: return inspect.getsource(f)
     except (OSError, TypeError): return ''
+
+# %% ../nbs/00b_compat_ipp.ipynb #0a0dce3a
+def engine_without_debugger() -> bool: # False: ipykernel's debugger module was imported already, left as it is
+    "Import ipykernel's debugger module without debugpy's server, so that this engine's kernel makes no debugger"
+    # (tested with ipykernel 7.4: the kernel makes its debugger only where `ipykernel.debugger._is_debugpy_available`)
+    if 'ipykernel.debugger' in sys.modules: return False
+    had = sys.modules.get('debugpy.server', False)
+    sys.modules['debugpy.server'] = None  # (its import raises ImportError, which the debugger module catches)
+    try: import ipykernel.debugger as d
+    finally:
+        if had is False: sys.modules.pop('debugpy.server', None)
+        else: sys.modules['debugpy.server'] = had
+    if not hasattr(d, '_is_debugpy_available'): raise missing('ipykernel.debugger._is_debugpy_available')
+    return True
 
 # %% ../nbs/00b_compat_ipp.ipynb #71f41600
 def adopt_process(launcher, # an ipyparallel local process launcher that has not started its process

@@ -8,7 +8,7 @@ import fcntl, hashlib, json, logging, os, select, signal, socket, subprocess, sy
 import psutil
 from fastcore.basics import patch
 from .processes import CONTROLLER_CMD, ENGINE_CMD, OWNER_ENV, imports_frozen, rank_dir
-from .compat_ipp import adopt_process, replace_nanny_start
+from .compat_ipp import adopt_process, engine_without_debugger, replace_nanny_start
 
 # what is swallowed goes here, at DEBUG: logging.getLogger('ddp_nb').setLevel('DEBUG') shows it
 log = logging.getLogger('ddp_nb.forkserver')
@@ -226,7 +226,7 @@ def _warm():
     recorder_env()  # as engine_main sets it: torch sizes the recorder's ring once
     import torch, torch.distributed  # (loads OpenMP; no parallel region runs here)
     import ipyparallel.engine.app, ipyparallel.engine.nanny
-    import ipykernel.debugger  # (debugpy: every engine's kernel makes its debugger; ~0.08 s each, after the fork)
+    engine_without_debugger()  # (an engine's kernel cannot debug: no debugpy stream; its debugger would import pydevd)
     import ddp_nb.rank, ddp_nb.report, ddp_nb.context, ddp_nb.collectives
     # (not `torch.compile`'s ~800 modules: importing them here would delay every start; `_warm_later` does, when idle)
     assert not torch.cuda.is_initialized(), "the fork server must never touch CUDA"
