@@ -67,15 +67,14 @@ def form_group(rs:RankSet, # the ranks, planned (`plan_group`)
     addr = '127.0.0.1' if loop else master_address(plan[0], None if ifname else route_from_rank0(rs, timeout), ifname)
     port = rs.call(rank.open_store, addr, len(plan), timeout, port, ranks=[0], what='Opening the rendezvous store',
                    timeout=timeout)[0]
+    prefix = secrets.token_hex(4) + '/'  # this group's keys in the store (a fixed port's store serves every re-form)
     def args(p):
-        return (p, torchrun_env(p, addr, port), threads or threads_per_rank(p.n_cpus, p.local_world_size),
-                backend, loop, ifname)
-    rs.call(rank.setup_rank, each={p.rank: args(p) for p in plan}, what='Setting up ranks', timeout=timeout)
+        setup = (p, torchrun_env(p, addr, port), threads or threads_per_rank(p.n_cpus, p.local_world_size), backend,
+                 loop, ifname)
+        return setup, (addr, port, timeout, prefix), cluster_id
+    rs.call(rank.join_cluster, each={p.rank: args(p) for p in plan}, what='Forming the process group', timeout=timeout + 10)
     # each rank's device, as `setup_rank` pinned it
     rs.plan = [replace(p, device=rank_device(backend, p.n_gpus, p.local_rank)) for p in plan]
-    prefix = secrets.token_hex(4) + '/'  # this group's keys in the store (a fixed port's store serves every re-form)
-    rs.call(rank.init_group, addr, port, timeout, prefix, what='Forming the process group', timeout=timeout + 10)
-    rs.call(rank.enter_cluster, cluster_id, what='Setting up the namespaces', timeout=timeout)
     return dict(backend=backend, master_addr=addr, master_port=port)
 
 def teardown(rs:RankSet, # the ranks

@@ -21,7 +21,7 @@ log = logging.getLogger('ddp_nb.rank')
 __all__ = ['log', 'NET_VARS', 'host_name', 'engine_info', 'net_info', 'setup_rank', 'forget_rank', 'reset_accelerate',
            'open_store', 'close_store', 'drop_group', 'init_group', 'check_group', 'teardown', 'release', 'namespace',
            'install_stack_dump', 'uninstall_stack_dump', 'issued', 'health', 'stream_sooner', 'enter_cluster',
-           'unpickle_into_namespace']
+           'join_cluster', 'unpickle_into_namespace']
 
 # %% ../nbs/01b_rank.ipynb #09bbfb4f
 def host_name() -> str:
@@ -287,6 +287,16 @@ def enter_cluster(cluster_id:str, # the cluster's id (it names the stack file)
     try: install(cluster_id, rank_info().rank)
     except Exception as e: print(f"ddp_nb: no collective records on this rank ({e})", file=sys.stderr)
     return install_stack_dump(stack_file(cluster_id, rank_info().rank, rank_dir()))  # this user's private folder (0700)
+
+# %% ../nbs/01b_rank.ipynb #0daeb963
+def join_cluster(setup:tuple, # `setup_rank`'s arguments for this rank
+                 group:tuple, # `init_group`'s
+                 cluster_id:str, # `enter_cluster`'s
+                ) -> str: # the stack file
+    "This rank's part in forming the group, in one call: `setup_rank`, `init_group`, then `enter_cluster`"
+    setup_rank(*setup)
+    init_group(*group)
+    return enter_cluster(cluster_id)
 
 # %% ../nbs/01b_rank.ipynb #ca5b82c8
 def unpickle_into_namespace(blob:bytes):
