@@ -15,12 +15,12 @@ log = logging.getLogger('ddp_nb.forkserver')
 
 # %% auto #0
 __all__ = ['log', 'FORK_SERVER_ENV', 'MAX_MSG', 'IMPORT_ENV', 'SERVE_CMD', 'TITLE_ROOM', 'KEEP_WARM_ENV', 'STANDBY_KEY_ENV',
-           'ROOM_ENV', 'ENV_ROOM', 'CLUSTER_ENV', 'TO_SERVER', 'HELLO', 'TO_KERNEL', 'LATER', 'IDLE_BEFORE_LATER',
-           'forked_with', 'ForkServerError', 'use_fork_server', 'import_env', 'standby_seconds', 'standby_key',
-           'standby_path', 'encode', 'decode', 'check_env', 'command_of', 'check_spawn', 'set_cmdline', 'reseed',
-           'prefork_nanny', 'peer_uid', 'serve', 'subreaper', 'set_environ', 'adopt_env', 'standbys', 'stop_standbys',
-           'ForkServer', 'from_standby', 'start_fork_server', 'fork_server', 'stop_fork_server', 'ForkedProcess',
-           'launchers']
+           'ROOM_ENV', 'ENV_ROOM', 'CLUSTER_ENV', 'TO_SERVER', 'HELLO', 'TO_KERNEL', 'ENGINE_IMPORTS', 'LATER',
+           'IDLE_BEFORE_LATER', 'forked_with', 'ForkServerError', 'use_fork_server', 'import_env', 'standby_seconds',
+           'standby_key', 'standby_path', 'encode', 'decode', 'check_env', 'command_of', 'check_spawn', 'set_cmdline',
+           'reseed', 'prefork_nanny', 'peer_uid', 'serve', 'subreaper', 'set_environ', 'adopt_env', 'standbys',
+           'stop_standbys', 'ForkServer', 'from_standby', 'start_fork_server', 'fork_server', 'stop_fork_server',
+           'ForkedProcess', 'launchers']
 
 # %% ../nbs/02a1_forkserver.ipynb #79159476
 FORK_SERVER_ENV = 'DDP_NB_FORK_SERVER'  # '0': local engines start as before, each a new `python -c` (no fork server)
@@ -222,14 +222,24 @@ def prefork_nanny(timeout:float=60, # seconds the engine waits for its nanny's a
     replace_nanny_start(start_nanny)
 
 # %% ../nbs/02a1_forkserver.ipynb #41036491
+# what an engine imports as it starts its kernel and joins the group (IPython's shell and default extension, its
+# in-memory history, tornado's loop, a host name's codec, ddp_nb's rank side): 9 ms that every forked engine, a
+# replacement too, would spend after its fork; a module an upgrade no longer has is skipped
+ENGINE_IMPORTS = ('IPython.core.completerlib', 'IPython.core.oinspect', 'IPython.extensions.storemagic', 'sqlite3',
+                  'encodings.idna', 'tornado.platform.asyncio', 'ddp_nb.rank', 'ddp_nb.report', 'ddp_nb.context',
+                  'ddp_nb.collectives', 'ddp_nb.compat_torch')
+
 def _warm():
     "What every engine imports, imported once in the server: torch, ipyparallel's engine, ddp_nb's rank side"
+    import importlib
     from ddp_nb.processes import recorder_env
     recorder_env()  # as engine_main sets it: torch sizes the recorder's ring once
     import torch, torch.distributed  # (loads OpenMP; no parallel region runs here)
     import ipyparallel.engine.app, ipyparallel.engine.nanny
     engine_without_debugger()  # (an engine's kernel cannot debug: no debugpy stream; its debugger would import pydevd)
-    import ddp_nb.rank, ddp_nb.report, ddp_nb.context, ddp_nb.collectives
+    for m in ENGINE_IMPORTS:
+        try: importlib.import_module(m)
+        except ImportError as e: log.info("fork server: %s not imported ahead (%r); engines import what they need", m, e)
     # (not `torch.compile`'s ~800 modules: importing them here would delay every start; `_warm_later` does, when idle)
     assert not torch.cuda.is_initialized(), "the fork server must never touch CUDA"
 
