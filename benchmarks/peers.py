@@ -13,7 +13,7 @@ The peers live in their own environment (torch must be the very same version as 
 interpreter `BENCH_PEERS_PYTHON` names (default: this one); a peer that does not import there is skipped with one line
 saying why.
 
-    BENCH_PEERS_PYTHON=/work/peers-venv/bin/python python -m benchmarks.peers [--rounds 3] [--fast]"""
+    BENCH_PEERS_PYTHON=/work/peers-venv/bin/python python -m benchmarks.peers [--rounds 5] [--fast]"""
 import argparse, json, os, shutil, signal, subprocess, sys, tempfile, textwrap, time
 from pathlib import Path
 from benchmarks.common import cell, med, table, ROOT
@@ -237,7 +237,7 @@ def _picked(name: str, sides: list | None) -> bool:
 METRICS = ['start', 'warm', 'iterate', 'replace', 'script']
 
 
-def run(rounds: int = 3, cells: int = 10, iters: int = 3, scripts: int = 3, peers_python: str | None = None,
+def run(rounds: int = 5, cells: int = 10, iters: int = 3, scripts: int = 3, peers_python: str | None = None,
         sides: list | None = None, blocks: tuple = (16, 25)) -> str:
     "The peers section, as markdown (`sides`: names to run, default all, 'torchrun' included)"
     py = peers_python or PEERS_PY
@@ -328,7 +328,7 @@ def _pair_line(T: dict) -> str:
 
 def main(argv=None):
     ap = argparse.ArgumentParser()
-    ap.add_argument('--rounds', type=int, default=3)
+    ap.add_argument('--rounds', type=int, default=5)
     ap.add_argument('--fast', action='store_true', help='1 round, few cells (numbers not meaningful)')
     ap.add_argument('--peers-python', default=None, help='interpreter of the peers (default: $BENCH_PEERS_PYTHON or this one)')
     ap.add_argument('--sides', default=None, help=f"comma-separated, of: {', '.join(SIDES)}, torchrun (default: all)")
