@@ -40,7 +40,7 @@ def main(argv=None):
             lambda: scale.run(1, 1., (8, 64), extra=()) if f else scale.run(3, 5.),
             lambda: growth.run(1, (1, 2)) if f else growth.run(3, (1, 2, 4, 8)),
             lambda: startscale.run(1, (8, 64)) if f else startscale.run(3),   # (13's sketch: 64 to 1,024 simulated engines)
-            lambda: peers.run(1, 2, 1, 1, blocks=(2, 3)) if f else peers.run(5),   # (5 rounds: Monarch's start here is 1.25 s or 1.85 s); $BENCH_PEERS_PYTHON
+            lambda: peers.run(1, 2, 1, 1, blocks=(2, 3)) if f else peers.run(5),   # the peers' interpreter: $BENCH_PEERS_PYTHON (5 rounds: Monarch's start here is ~1.25 s or ~1.85 s)
             lambda: heal.run(1, (1e6,)) if f else heal.run(3)]
     parts = []
     for run in runs:  # a section that fails says so; the others still run and are written
