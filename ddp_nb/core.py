@@ -14,7 +14,7 @@ __all__ = ['BACKENDS', 'PROGRESS_KEYS', 'TB_HINT', 'CLUSTER_PREFIX', 'pick_backe
            'threads_per_rank', 'RankState', 'Rank', 'plan_ranks', 'check_gpus', 'torchrun_env', 'rank_device',
            'single_host', 'label_hosts', 'iface_of', 'master_address', 'check_ifname', 'engines_per_host',
            'slurm_script', 'mpi_host_args', 'parse_ranks', 'RankRunner', 'call_ranks', 'call_named', 'rank_magic_args',
-           'rank_ranges', 'name_ranks', 'agree', 'StepCounter', 'Phases', 'tensorboard_parts', 'tb_tag',
+           'rank_ranges', 'name_ranks', 'agree', 'StepCounter', 'Phases', 'Kept', 'tensorboard_parts', 'tb_tag',
            'make_cluster_id', 'cluster_owner', 'stack_file', 'Straggler', 'find_straggler']
 
 # %% ../nbs/00_core.ipynb #b29d9b8a
@@ -400,6 +400,28 @@ class _Phase:
     def __init__(self, phases:Phases, name:str): self.phases, self.name = phases, name
     def __enter__(self): self.t = time.monotonic()
     def __exit__(self, *exc): self.phases.items.append((self.name, time.monotonic() - self.t))
+
+# %% ../nbs/00_core.ipynb #949159c6
+class Kept:
+    "The last `keep` values made from texts of up to `most` characters, by key"
+    def __init__(self, keep:int=64, most:int=1 << 18):
+        import collections, threading
+        self.kept, self.keep, self.most = collections.OrderedDict(), keep, most
+        self.lock = threading.Lock()  # (any thread may ask: a cluster's calls come from threads too)
+
+    def get(self, key, # what the value depends on (the text, and whatever else it is made from)
+            text:str, # the text it is made from (kept only up to `most` characters)
+            make, # makes the value: called when `key` is not kept
+           ):
+        "The value kept for `key`, else `make()` (kept if `text` is short enough)"
+        with self.lock:
+            if key in self.kept: self.kept.move_to_end(key); return self.kept[key]
+        v = make()
+        if len(text) <= self.most:
+            with self.lock:
+                self.kept[key] = v
+                if len(self.kept) > self.keep: self.kept.popitem(last=False)
+        return v
 
 # %% ../nbs/00_core.ipynb #c16f908a
 TB_HINT = "writing TensorBoard files needs TensorBoard: pip install 'ddp_nb[tensorboard]' (or pip install tensorboard)"

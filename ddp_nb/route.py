@@ -4,8 +4,9 @@
 
 # %% ../nbs/00i_route.ipynb #c270f50e
 from __future__ import annotations
-import asyncio, collections, errno, inspect, logging, sys, threading, time
+import asyncio, errno, inspect, logging, sys, threading, time
 import zmq
+from .core import Kept
 from .compat_ipp import (CompatError, client_context, client_loop, engine_kernel, handle_reply,
                                kernel_turn, out_streams, outputs_complete, pending_tasks, publish_idle)
 
@@ -22,19 +23,6 @@ QUIET = 'ddp_nb_quiet'  # in a reply's metadata: True when the cell published no
 # %% ../nbs/00i_route.ipynb #f6118714
 TRANSFORMS_KEPT = 64  # cells whose static transform an engine remembers (the last run)
 
-class _Kept:
-    "The last `keep` values made for texts of up to `most` characters, by key"
-    def __init__(self, keep:int, most:int): self.kept, self.keep, self.most = collections.OrderedDict(), keep, most
-
-    def get(self, key, text:str, make):
-        "The value kept for `key`, else `make()` (kept if `text` is short enough)"
-        if key in self.kept: self.kept.move_to_end(key); return self.kept[key]
-        v = make()
-        if len(text) <= self.most:
-            self.kept[key] = v
-            if len(self.kept) > self.keep: self.kept.popitem(last=False)
-        return v
-
 def remember_transforms(shell, # an IPython shell (on an engine: its kernel's)
                         keep:int=TRANSFORMS_KEPT, # cells remembered, the last run
                         most:int=1 << 18, # characters a cell may have to be remembered
@@ -45,7 +33,7 @@ def remember_transforms(shell, # an IPython shell (on an engine: its kernel's)
     if getattr(m.transform_cell, 'remembers', False): return False
     if not all(isinstance(getattr(m, a, None), list) for a in ('cleanup_transforms', 'line_transforms', 'token_transformers')):
         raise CompatError("IPython's TransformerManager has no cleanup_transforms, line_transforms or token_transformers")
-    transform, kept = m.transform_cell, _Kept(keep, most)
+    transform, kept = m.transform_cell, Kept(keep, most)
     def transform_cell(cell:str) -> str:
         key = (cell, *map(id, m.cleanup_transforms), None, *map(id, m.line_transforms), None, *map(id, m.token_transformers))
         return kept.get(key, cell, lambda: transform(cell))
@@ -62,7 +50,7 @@ def remember_cell_names(keep:int=TRANSFORMS_KEPT, # cells remembered, the last n
     murmur = getattr(compiler, 'murmur2_x86', None)
     if getattr(murmur, 'remembers', False): return False
     if not callable(murmur): raise CompatError("ipykernel.compiler has no murmur2_x86")
-    kept = _Kept(keep, most)
+    kept = Kept(keep, most)
     def murmur2_x86(data, seed): return kept.get((data, seed), data, lambda: murmur(data, seed))
     murmur2_x86.remembers = True
     compiler.murmur2_x86 = murmur2_x86

@@ -4,11 +4,11 @@
 
 # %% ../nbs/02c_supervise.ipynb #dc3947be
 from __future__ import annotations
-import functools, keyword, linecache, os, re, signal, sys, threading, time
+import keyword, linecache, os, re, signal, sys, threading, time
 from pathlib import Path
 import psutil
 from fastcore.basics import patch
-from .core import RankState, agree, name_ranks, rank_ranges, stack_file
+from .core import Kept, RankState, agree, name_ranks, rank_ranges, stack_file
 from .processes import rank_dir
 from .compat_ipp import fast_dates, supervised_result, supervised_view, task_name
 from .collectives import collectives_moved, desync_report, read_records
@@ -149,14 +149,15 @@ def call_at(line:str, # a line of source code
     names = list(dict.fromkeys(n.strip('.') for n in _CALL.findall(s) if not keyword.iskeyword(n.split('.')[0])))
     return names[0] if len(names) == 1 else None
 
-@functools.lru_cache(maxsize=256)  # (a cell run again: its hash, pure Python, ~0.2 ms for thirty lines, not made again)
+_names = Kept(256)  # (a cell run again: its hash, pure Python, ~0.2 ms for thirty lines, not made again)
+
 def cell_file_name(code:str, # the code of a cell, as it was sent to the engines
                   ) -> str|None: # '283677858.py'; None without ipykernel
     "The name (without its folder) ipykernel gives the file of a cell running `code`"
     # (how the ranks' stacks name that cell)
     try: from ipykernel.compiler import get_tmp_hash_seed, murmur2_x86
     except Exception: return None
-    return f"{murmur2_x86(code, get_tmp_hash_seed())}.py"
+    return _names.get(code, code, lambda: f"{murmur2_x86(code, get_tmp_hash_seed())}.py")
 
 def _cut(s:str, n:int=60) -> str: return s if len(s) <= n else s[:n - 1] + '…'
 
