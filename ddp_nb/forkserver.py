@@ -15,12 +15,12 @@ log = logging.getLogger('ddp_nb.forkserver')
 
 # %% auto #0
 __all__ = ['log', 'FORK_SERVER_ENV', 'MAX_MSG', 'IMPORT_ENV', 'SERVE_CMD', 'TITLE_ROOM', 'KEEP_WARM_ENV', 'STANDBY_KEY_ENV',
-           'ROOM_ENV', 'ENV_ROOM', 'CLUSTER_ENV', 'TO_SERVER', 'HELLO', 'TO_KERNEL', 'ENGINE_IMPORTS', 'LATER',
-           'IDLE_BEFORE_LATER', 'forked_with', 'ForkServerError', 'use_fork_server', 'import_env', 'standby_seconds',
-           'standby_key', 'standby_path', 'encode', 'decode', 'check_env', 'command_of', 'check_spawn', 'set_cmdline',
-           'reseed', 'prefork_nanny', 'peer_uid', 'serve', 'subreaper', 'set_environ', 'adopt_env', 'standbys',
-           'stop_standbys', 'ForkServer', 'from_standby', 'start_fork_server', 'fork_server', 'stop_fork_server',
-           'ForkedProcess', 'launchers']
+           'ROOM_ENV', 'CONTROLLER_FIRST_ENV', 'ENV_ROOM', 'CLUSTER_ENV', 'TO_SERVER', 'HELLO', 'TO_KERNEL',
+           'ENGINE_IMPORTS', 'LATER', 'IDLE_BEFORE_LATER', 'forked_with', 'CONTROLLER_WAIT', 'ForkServerError',
+           'use_fork_server', 'import_env', 'standby_seconds', 'standby_key', 'standby_path', 'encode', 'decode',
+           'check_env', 'command_of', 'check_spawn', 'set_cmdline', 'reseed', 'prefork_nanny', 'peer_uid', 'serve',
+           'subreaper', 'set_environ', 'adopt_env', 'standbys', 'stop_standbys', 'ForkServer', 'from_standby',
+           'start_fork_server', 'fork_server', 'stop_fork_server', 'ForkedProcess', 'launchers']
 
 # %% ../nbs/02a1_forkserver.ipynb #79159476
 FORK_SERVER_ENV = 'DDP_NB_FORK_SERVER'  # '0': local engines start as before, each a new `python -c` (no fork server)
@@ -47,6 +47,7 @@ def import_env(env:dict) -> dict:
 KEEP_WARM_ENV = 'DDP_NB_KEEP_WARM'  # seconds a standby server waits for the next kernel's cluster; unset or 0: none
 STANDBY_KEY_ENV = 'DDP_NB_STANDBY_KEY'  # in a server's environment: which standby it leaves (`standby_key`)
 ROOM_ENV = 'DDP_NB_ENV_ROOM'  # blanks in a server's environment: room for the next cluster's (`set_environ`)
+CONTROLLER_FIRST_ENV = 'DDP_NB_CONTROLLER_FIRST'  # '1': the server forks the controller before it imports torch
 ENV_ROOM = 16384  # bytes of it
 CLUSTER_ENV = ('IPP_CLUSTER_ID', 'IPP_PROFILE_DIR', OWNER_ENV, 'IPYTHONDIR')  # what names a cluster's processes
 
@@ -229,14 +230,19 @@ ENGINE_IMPORTS = ('IPython.core.completerlib', 'IPython.core.oinspect', 'IPython
                   'encodings.idna', 'tornado.platform.asyncio', 'ddp_nb.rank', 'ddp_nb.report', 'ddp_nb.context',
                   'ddp_nb.collectives', 'ddp_nb.compat_torch')
 
+def _warm_ipp(controller:bool=False, # the controller's app too, to fork the controller before torch
+             ):
+    "What every engine imports of ipyparallel (the first part of the server's imports)"
+    import ipyparallel.engine.app, ipyparallel.engine.nanny
+    engine_without_debugger()  # (an engine's kernel cannot debug: no debugpy stream; its debugger would import pydevd)
+    if controller: import ipyparallel.controller.app
+
 def _warm():
-    "What every engine imports, imported once in the server: torch, ipyparallel's engine, ddp_nb's rank side"
+    "What every engine imports besides, once in the server: torch, ddp_nb's rank side"
     import importlib
     from ddp_nb.processes import recorder_env
     recorder_env()  # as engine_main sets it: torch sizes the recorder's ring once
     import torch, torch.distributed  # (loads OpenMP; no parallel region runs here)
-    import ipyparallel.engine.app, ipyparallel.engine.nanny
-    engine_without_debugger()  # (an engine's kernel cannot debug: no debugpy stream; its debugger would import pydevd)
     for m in ENGINE_IMPORTS:
         try: importlib.import_module(m)
         except ImportError as e: log.info("fork server: %s not imported ahead (%r); engines import what they need", m, e)
@@ -320,10 +326,13 @@ def _reap(ch, kids:set):
         if pid == 0: return
         if pid in kids: kids.discard(pid); _send(ch, op='exit', pid=pid, code=os.waitstatus_to_exitcode(st))
 
+_controllers = set()  # the controllers this process forked: not its to end (`cl.stop()` and their owner watch end them)
+
 def _end_kids(kids:set, grace:float=2., # seconds after SIGTERM, and after SIGKILL
               wait:float=0., # seconds they get to end by themselves first (their owner watch ends the cluster)
              ):
     "End the engines still running: after `wait` s, SIGTERM, then SIGKILL after `grace` s; reap them"
+    kids = kids - _controllers
     for sig, secs in ((None, wait), (signal.SIGTERM, grace), (signal.SIGKILL, grace)):
         for pid in kids if sig else ():
             try: os.kill(pid, sig)
@@ -362,6 +371,7 @@ def _handle(ch, raw:bytes, kids:set, close:list,
     pid = os.fork()
     if pid == 0: _child(req, close)  # never returns
     kids.add(pid)
+    if command_of(req['argv']) is CONTROLLER_CMD: _controllers.add(pid)
     _send(ch, op='spawned', id=req['id'], pid=pid)
     return True
 
@@ -377,16 +387,43 @@ def serve(fd:int, # the server's end of the channel (a SOCK_SEQPACKET socket its
     ch = socket.socket(fileno=fd)
     if peer_uid(ch) != os.getuid(): sys.exit("ddp_nb fork server: the peer is another user")
     set_cmdline([sys.executable, '-c', 'ddp_nb fork server', f"--cluster-id={os.environ.get('IPP_CLUSTER_ID', '')}"])
+    first = os.environ.get(CONTROLLER_FIRST_ENV) == '1'
+    kids, pending = set(), []
     try:
+        with imports_frozen(): _warm_ipp(first)
+        if first: pending = _controller_first(ch, kids)
+        if pending is None: return  # (the kernel stopped it first)
         with imports_frozen(): _warm()
     except BaseException as e:  # (the kernel's engines start without it, and say why)
         _failed(ch, e)
         raise
-    _serve(ch)
+    _serve(ch, kids=kids, pending=pending)
+
+CONTROLLER_WAIT = 10.  # seconds a server told to fork the controller first waits for the kernel to ask, then imports on
+
+def _controller_first(ch:socket.socket, # the channel to the kernel
+                      kids:set, # the server's children: the controller joins them
+                      wait:float|None=None, # seconds; None: `CONTROLLER_WAIT`
+                     ) -> list|None: # what came after it, for the server to carry out once warm; None: asked to stop
+    "Before torch: fork the controller as soon as the kernel asks, so that its start costs neither a Python nor the CPU"
+    # (the kernel asks for the controller before any engine: an engine's request first means none comes from here)
+    deadline = time.monotonic() + (CONTROLLER_WAIT if wait is None else wait)
+    while select.select([ch], [], [], max(0., deadline - time.monotonic()))[0]:
+        raw = ch.recv(MAX_MSG + 1)
+        if not raw: return None  # the kernel is gone
+        try: req = decode(raw, TO_SERVER)
+        except (ValueError, UnicodeDecodeError): return [raw]  # (refused, once warm, as every such request)
+        if req['op'] == 'stop': return None
+        if req['op'] == 'spawn' and command_of(req['argv']) is not CONTROLLER_CMD: return [raw]
+        _handle(ch, raw, kids, [ch.fileno()])  # the environment it is told, or the controller (or why not)
+        if req['op'] == 'spawn': return []
+    return []
 
 def _serve(ch:socket.socket, # the channel to the kernel (a warm copy's: to its server)
            later:bool=False, # `LATER` is imported already (a standby's server, or a warm copy)
            server:int|None=None, # a warm copy's server: if that one dies, the engines are left running, as its own are
+           kids:set|None=None, # the children it has already (the controller it forked first)
+           pending:list=(), # requests received already, carried out first
           ):
     "Fork an engine per request on `ch` and report how each exits; once idle, a warm copy imports `LATER` and forks the next"
     wake_r, wake_w = os.pipe()
@@ -395,11 +432,13 @@ def _serve(ch:socket.socket, # the channel to the kernel (a warm copy's: to its 
     done = []
     signal.signal(signal.SIGCHLD, lambda *a: None)  # (wakes the select through the pipe)
     signal.signal(signal.SIGTERM, lambda *a: done.append(1))
-    kids, close, asked, orphaned, copy = set(), [ch.fileno(), wake_r, wake_w], False, False, None
+    kids, close, asked, orphaned, copy = kids or set(), [ch.fileno(), wake_r, wake_w], False, False, None
     _send(ch, op='ready', pid=os.getpid())
     if later: _send(ch, op='later', modules=[m for m in LATER if m in sys.modules])
     try:
-        while not done:
+        for raw in pending:
+            if not _handle(ch, raw, kids, close): asked = True; break
+        while not done and not asked:
             r, _, _ = select.select([ch, wake_r] + ([copy.sock] if copy else []), [], [],
                                     5. if later or copy else IDLE_BEFORE_LATER)
             if not r and not later and not copy: copy = _WarmCopy(close)  # (this server forks on meanwhile)
@@ -803,6 +842,7 @@ def start_fork_server(cluster_id:str, # the cluster whose local engines it forks
                       env:dict, # its environment: what the engines' launchers start from
                       timeout:float=60, # seconds a request may wait (the first waits for the server's imports)
                       warm:float=0, # seconds an idle server's standby waits for the next kernel's cluster (`standby_seconds`)
+                      controller:bool=False, # the kernel asks it for the controller first (`ForkControllerLauncher`)
                      ) -> ForkServer:
     "Start the fork server of cluster `cluster_id` (its engines are forked there by `ForkEngineSetLauncher`)"
     # (forked by a standby at once, where one of this environment waits)
@@ -811,7 +851,9 @@ def start_fork_server(cluster_id:str, # the cluster whose local engines it forks
     if warm:
         env.update({KEEP_WARM_ENV: f'{warm:g}', STANDBY_KEY_ENV: standby_key(env)})
         srv = from_standby(env, timeout)
-    if srv is None: env[ROOM_ENV] = ' ' * ENV_ROOM  # (room for what `tell_env` adds, and for its standby's environment)
+    if srv is None:
+        env[ROOM_ENV] = ' ' * ENV_ROOM  # (room for what `tell_env` adds, and for its standby's environment)
+        if controller: env[CONTROLLER_FIRST_ENV] = '1'
     srv = _servers[cluster_id] = srv or ForkServer(env, '.', timeout)
     return srv
 
@@ -865,11 +907,12 @@ def launchers() -> dict:
             return super().start()
 
     class ForkControllerLauncher(LocalControllerLauncher):
-        "ipyparallel's local controller launcher, forking the controller where the fork server is warm already"
-        # (a standby's server: a cold one's imports would only delay it; else started as before)
+        "ipyparallel's local controller launcher, forking the controller from the fork server (else as before)"
+        # (a new server forks it before its torch import; a standby's server has imported it: `LATER`)
         def start(self):
             srv = _servers.get(self.cluster_id)
-            if (srv is not None and 'ipyparallel.controller.app' in (srv.later or ()) and self.state == 'before'
+            first = srv is not None and srv.env.get(CONTROLLER_FIRST_ENV) == '1'
+            if (srv is not None and (first or 'ipyparallel.controller.app' in (srv.later or ())) and self.state == 'before'
                     and command_of(self.args) is CONTROLLER_CMD):
                 try: pid = srv.spawn(self.args, {**os.environ, **self.get_env()}, self.work_dir, self.output_file)
                 except ForkServerError as e: log.debug(f"the controller starts without the fork server: {e}")

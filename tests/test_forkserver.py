@@ -69,6 +69,17 @@ def test_engines_and_nannies_are_forked(cl):
         assert any('ipyparallel.engine.nanny' in ' '.join(n.cmdline()) for n in nannies), nannies
 
 
+def test_the_controller_is_forked_before_torch(cl):
+    """The controller is the fork server's child too, forked between its imports: its own command, its own session, and
+    no torch in it (it never needs it)"""
+    from ddp_nb.compat_ipp import controller_process
+    srv, ctl = fork_server(cl.cluster_id), controller_process(cl._ipp)
+    assert ctl.ppid() == srv.proc.pid and os.getsid(ctl.pid) == ctl.pid
+    assert 'controller_main' in ' '.join(ctl.cmdline())
+    assert not any('libtorch' in m.path for m in ctl.memory_maps()), "the controller was forked after torch's import"
+    assert any('libtorch' in m.path for m in psutil.Process(cl.run(os.getpid)[0]).memory_maps())  # (the engines have it)
+
+
 def test_no_shared_random_state_and_seeding_unchanged(cl):
     fresh = cl.run('import random, numpy, torch\n_r = (random.random(), float(numpy.random.rand()), torch.rand(1).item())')
     draws = [cl.pull('_r', rank=r) for r in range(2)]
@@ -134,7 +145,8 @@ def test_idle_server_imports_ahead_for_replacements(cl):
     wait_until(lambda: not psutil.pid_exists(pid), what='the killed engine gone')
     cl.restart()
     cl.run('import ddp_nb.forkserver as _f; _w = list(_f.forked_with)')
-    assert (cl.pull('_w', rank=0), cl.pull('_w', rank=1)) == ([], list(LATER))
+    # (the controller's app the first engines have: the server imported it first, to fork the controller)
+    assert (cl.pull('_w', rank=0), cl.pull('_w', rank=1)) == (['ipyparallel.controller.app'], list(LATER))
     (copy,) = warm_copies(srv.proc.pid)   # the replacement was forked by the server's warm copy, which imported LATER
     assert parent(cl.run(os.getpid, ranks=1)[0]) == copy.pid
     assert cl.run('t = torch.ones(1); dist.all_reduce(t)\n_v = t.item()') is None and cl.pull('_v') == 2.
@@ -172,6 +184,24 @@ def test_start_stop_leaks_nothing():
         c.stop()
         assert srv.proc.poll() is not None and fork_server(cid) is None and cluster_procs(cid) == []
     assert _threads_fds() == before
+
+
+def test_a_fork_server_stopped_leaves_the_controller_running():
+    """A fork server stopped while its cluster runs (an engine it could not fork) ends the engines it forked, never the
+    controller: the cluster still serves, replaces the rank without it, and its stop leaves nothing"""
+    from ddp_nb.compat_ipp import controller_process
+    from ddp_nb.forkserver import stop_fork_server
+    c = DDPCluster(n=1).start()
+    try:
+        ctl, cid = controller_process(c._ipp), c.cluster_id
+        assert stop_fork_server(cid) and fork_server(cid) is None
+        wait_until(lambda: c._ranks.gone() == [0], what='the forked engine ended with its server')
+        assert ctl.is_running() and ctl.status() != psutil.STATUS_ZOMBIE, "the controller ended with the fork server"
+        c.restart()
+        new = c.run(os.getpid)[0]
+        assert parent(new) == os.getpid() and c.run('t = torch.ones(1); dist.all_reduce(t)\n_v = t.item()') is None
+    finally: c.stop()
+    assert cluster_procs(cid) == [] and not ctl.is_running()
 
 
 def test_a_start_that_fails_in_set_up_leaves_no_server():
@@ -261,7 +291,7 @@ def test_a_standby_serves_the_next_kernel_warm_and_ends_when_idle(tmp_path, no_s
     print(f"\nstart, cold: {a['phases']}\nstart, from the standby: {b['phases']}")
     assert b['sum'] == [2, 2] and b['later'] == list(LATER), b
     assert b['server_parent'] == sb.pid and all(p == b['server'] for p in b['parents']) and b['standbys'] == [sb.pid], b
-    assert b['controller_parent'] == b['server'] and a['controller_parent'] == a['me'], (a, b)  # the controller too
+    assert b['controller_parent'] == b['server'] and a['controller_parent'] == a['server'], (a, b)  # the controller too
     # the server the standby forked shows its cluster's environment: it and its engines are found as the cluster's
     assert b['server'] in b['found'] and all(p in b['found'] for p in b['parents']), b
     assert sb.is_running() and cluster_procs(b['cid']) == []   # the cluster stopped, leaving no process; the standby waits on
