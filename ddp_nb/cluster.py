@@ -109,11 +109,18 @@ def _form_group(self:DDPCluster,
                 ids:list|None=None, # the engines to use; None: the current plan's, or every registered engine
                 phases:Phases|None=None, # where the two steps' times go (a start's `start_phases`)
                ):
-    "Plan the ranks, form the checked process group, and make the view every `%%px` cell runs on"
+    "Plan the ranks, form the checked process group (ranks new to it report to the dashboard), make the `%%px` view"
     ph = phases or Phases()
+    known = {p.engine_id for p in self._ranks.plan}
     with ph('engine facts'): plan_group(self._ranks, ids, fixed, self.start_timeout)  # (waits for the engines' torch)
-    with ph('process group'):
-        g = form_group(self._ranks, self.backend, self.timeout, self.threads, self.ifname, self.port, self.cluster_id)
+    if self._collector is None:
+        with ph('dashboard'): self._collector = Collector(collector_host(self._ranks, self.ifname), session_key(self._rc),
+                                                           world=self.world_size)
+    c, interval = self._collector, batch_interval(self.world_size)
+    report = {p.rank: dict(addr=c.addr, nonce=c.nonce, interval=interval) for p in self._ranks.plan if p.engine_id not in known}
+    with ph('process group'):  # (joining it, a new rank connects to the collector: one call, not two)
+        g = form_group(self._ranks, self.backend, self.timeout, self.threads, self.ifname, self.port, self.cluster_id,
+                       report)
     self.backend, self.master_addr, self.master_port = g['backend'], g['master_addr'], g['master_port']
     self._view = self._rc.direct_view(self._ranks.engine_ids())
     self._view.block = True
@@ -254,11 +261,7 @@ def _bring_up(self:DDPCluster,
         self._ranks = RankSet(self._rc, cell_of=self._running_cell)
         self._sup = Supervisor(self._ranks, self.cluster_id, self.timeout, progress=lambda: self._collector,
                                death=self._death, limits=self, gone=self._controller_gone, on_gone=self._forget)
-        self._form_group(phases=ph)
-        with ph('dashboard'):
-            host = collector_host(self._ranks, self.ifname)
-            self._collector = Collector(host, session_key(self._rc), world=self.world_size)
-            self._connect_reporters()
+        self._form_group(phases=ph)  # (the dashboard's collector too, every rank connected to it)
         with ph('%%px'):
             self._activate()
     except BaseException:
@@ -813,10 +816,8 @@ def _regroup(self:DDPCluster, keep:dict, # engine id -> rank, for the engines th
     "Form a new process group of the kept and the new engines; `%%px` and the dashboard on the new ones"
     # (by their ranks until now: a resize gives them new ones)
     if keep: teardown(self._ranks, [p.rank for p in self._ranks.plan if p.engine_id in keep], timeout=self.timeout)
-    self._form_group(fixed=keep, ids=list(keep) + new_ids)
+    self._form_group(fixed=keep, ids=list(keep) + new_ids)  # (the new engines connect to the dashboard as they join)
     self._activate()  # %%px on the new engines
-    new = [p.rank for p in self._ranks.plan if p.engine_id not in keep]
-    if new and self._collector is not None: self._connect_reporters(new)
 
 # %% ../nbs/02g_cluster.ipynb #7aea9649
 def _restarted_line(ranks:list, # the ranks replaced

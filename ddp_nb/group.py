@@ -57,6 +57,7 @@ def form_group(rs:RankSet, # the ranks, planned (`plan_group`)
                ifname:str|None=None, # across hosts: the interface for gloo/nccl and MASTER_ADDR
                port:int|None=None, # rendezvous port on rank 0's host; None: a free one
                cluster_id:str='', # for the files the ranks write their stacks to
+               report:dict|None=None, # rank -> `report.connect`'s keyword arguments, for the ranks that connect now
               ) -> dict: # backend, master_addr, master_port
     "Give every planned rank its torchrun environment, open rank 0's store, form the process group and check it"
     plan = rs.plan
@@ -71,7 +72,7 @@ def form_group(rs:RankSet, # the ranks, planned (`plan_group`)
     def args(p):
         setup = (p, torchrun_env(p, addr, port), threads or threads_per_rank(p.n_cpus, p.local_world_size), backend,
                  loop, ifname)
-        return setup, (addr, port, timeout, prefix), cluster_id
+        return setup, (addr, port, timeout, prefix), cluster_id, (report or {}).get(p.rank)
     rs.call(rank.join_cluster, each={p.rank: args(p) for p in plan}, what='Forming the process group', timeout=timeout + 10)
     # each rank's device, as `setup_rank` pinned it
     rs.plan = [replace(p, device=rank_device(backend, p.n_gpus, p.local_rank)) for p in plan]

@@ -12,7 +12,7 @@ from .host import host_identity, local_ipv4, route_source
 from .compat_ipp import engine_registration_url, plain_tracebacks
 from .route import open_route
 from .context import RankInfo, ctx, rank_info
-from .report import report  # torch, and compat_torch (which imports it), are imported inside the functions
+from .report import connect, report  # torch, and compat_torch (which imports it), are imported inside the functions
 
 # what is swallowed goes here, at DEBUG: logging.getLogger('ddp_nb').setLevel('DEBUG') shows it
 log = logging.getLogger('ddp_nb.rank')
@@ -292,11 +292,14 @@ def enter_cluster(cluster_id:str, # the cluster's id (it names the stack file)
 def join_cluster(setup:tuple, # `setup_rank`'s arguments for this rank
                  group:tuple, # `init_group`'s
                  cluster_id:str, # `enter_cluster`'s
+                 report:dict|None=None, # `report.connect`'s keyword arguments: this rank reports to that collector
                 ) -> str: # the stack file
-    "This rank's part in forming the group, in one call: `setup_rank`, `init_group`, then `enter_cluster`"
+    "This rank's part in forming the group, in one call: `setup_rank`, `init_group`, `enter_cluster`, `report.connect`"
     setup_rank(*setup)
     init_group(*group)
-    return enter_cluster(cluster_id)
+    f = enter_cluster(cluster_id)
+    if report is not None: connect(**report)
+    return f
 
 # %% ../nbs/01b_rank.ipynb #ca5b82c8
 def unpickle_into_namespace(blob:bytes):

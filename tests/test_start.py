@@ -3,7 +3,7 @@ engines import it, each in parallel: a torch object in a reply would make the ke
 critical path), and says where its time went, phase by phase (`cl.start_phases`)."""
 from kernel import Kernel
 
-PHASES = ['set-up', 'controller', 'client imports', 'engines launched', 'registration', 'engine facts', 'process group', 'cell route', 'dashboard', '%%px']
+PHASES = ['set-up', 'controller', 'client imports', 'engines launched', 'registration', 'engine facts', 'dashboard', 'process group', 'cell route', '%%px']
 
 
 def test_start_in_a_kernel_imports_no_torch_and_says_where_its_time_went(no_leftovers):
