@@ -123,11 +123,13 @@ def run(rounds=5, n=2, cells=30):
             f"{rounds} rotating rounds, medians.\n\n"
             + table(['side', 'median', 'ddp_nb / side', 'goal'], rows)
             + "\n\nWhere `DDPCluster(n=2, fork_server=True).start()` spends its time (`cl.start_phases`, medians): the fork server "
-              "is started first, and imports torch and ipyparallel's engine once while the kernel makes ipyparallel's Cluster "
-              "(*set-up*), starts the controller and imports what its first calls to the engines need (*client imports*); "
+              "is started first, and imports ipyparallel's engine and controller, then torch, once, while the kernel makes "
+              "ipyparallel's Cluster (*set-up*); *controller* waits for the server to fork it, between its two imports; "
+              "then the kernel imports what its first calls to the engines need (*client imports*); "
               "*engines launched* waits for the server's imports, then its forks; "
               "*registration* is the forked engines' own start until the controller has them (at their first heartbeat); "
-              "the rest is the first calls: the engines' facts, the process group, the cell route, the dashboard.\n\n"
+              "the rest is the first calls: the engines' facts, the dashboard's collector, the process group (each rank "
+              "connecting to the collector as it joins), the cell route.\n\n"
             + phase_table(S['phases'])
             + "\n\nThe same with `fork_server=False` (each engine a new Python, its torch imported in the background):\n\n"
             + phase_table(S['popen_phases'])

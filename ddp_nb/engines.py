@@ -9,7 +9,8 @@ import psutil
 from .core import engine_count, engines_per_host, mpi_host_args, pick_backend, slurm_script
 from .host import local_cpus, local_gpus, local_ipv4, pid_alive, probe_host, route_source, _ssh_target
 from .processes import CONTROLLER_CMD, ENGINE_CMD, cluster_procs, kill_procs, watch_owner
-from .forkserver import ForkedProcess, launchers, standby_seconds, start_fork_server, stop_fork_server, use_fork_server
+from .forkserver import (ForkedProcess, few_cores, launchers, standby_seconds, start_fork_server, stop_fork_server,
+                               use_fork_server)
 from .compat_ipp import (ask_to_exit, controller_process, engine_exits, engine_launchers, engine_state_file, hub_answers,
                                launcher_output, launcher_process, noninteractive, stop_sync_thread)
 
@@ -152,8 +153,9 @@ def ipp_cluster(n:int, # engines to start
     if engines != 'local': remote_config(cfg, engines, hosts, per_host, env or {})
     # the fork server first: it imports torch while ipyparallel loads here and the controller starts; its environment
     # is what the engines' launchers give them, and the profile folder once the Cluster has chosen it
-    # the controller forked from it too, before its torch import (no Python of its own), unless it is another one
-    fork_ctl = (fork and not {'controller', 'controller_launcher_class'} & set(kw)
+    # where cores are few, the controller forked from it too, before its torch import (no Python of its own to compete
+    # with that import), unless it is another one
+    fork_ctl = (fork and few_cores() and not {'controller', 'controller_launcher_class'} & set(kw)
                 and cfg.LocalControllerLauncher.controller_cmd == CONTROLLER_CMD)
     srv = (start_fork_server(cluster_id, {**os.environ, **cfg.LocalEngineSetLauncher.get('environment', {})},
                              start_timeout, standby_seconds(keep_warm), fork_ctl) if fork else None)

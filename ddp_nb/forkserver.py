@@ -17,9 +17,9 @@ log = logging.getLogger('ddp_nb.forkserver')
 __all__ = ['log', 'FORK_SERVER_ENV', 'MAX_MSG', 'IMPORT_ENV', 'SERVE_CMD', 'TITLE_ROOM', 'KEEP_WARM_ENV', 'STANDBY_KEY_ENV',
            'ROOM_ENV', 'CONTROLLER_FIRST_ENV', 'ENV_ROOM', 'CLUSTER_ENV', 'TO_SERVER', 'HELLO', 'TO_KERNEL',
            'ENGINE_IMPORTS', 'LATER', 'IDLE_BEFORE_LATER', 'forked_with', 'CONTROLLER_WAIT', 'ForkServerError',
-           'use_fork_server', 'import_env', 'standby_seconds', 'standby_key', 'standby_path', 'encode', 'decode',
-           'check_env', 'command_of', 'check_spawn', 'set_cmdline', 'reseed', 'prefork_nanny', 'peer_uid', 'serve',
-           'subreaper', 'set_environ', 'adopt_env', 'standbys', 'stop_standbys', 'ForkServer', 'from_standby',
+           'use_fork_server', 'few_cores', 'import_env', 'standby_seconds', 'standby_key', 'standby_path', 'encode',
+           'decode', 'check_env', 'command_of', 'check_spawn', 'set_cmdline', 'reseed', 'prefork_nanny', 'peer_uid',
+           'serve', 'subreaper', 'set_environ', 'adopt_env', 'standbys', 'stop_standbys', 'ForkServer', 'from_standby',
            'start_fork_server', 'fork_server', 'stop_fork_server', 'ForkedProcess', 'launchers']
 
 # %% ../nbs/02a1_forkserver.ipynb #79159476
@@ -39,6 +39,12 @@ def use_fork_server(asked:bool|None=None, # `DDPCluster(fork_server=...)`; None:
     "Whether local engines are forked from a fork server: as asked, else unless DDP_NB_FORK_SERVER=0"
     if asked is not None: return bool(asked)
     return os.environ.get(FORK_SERVER_ENV, '1').strip().lower() not in ('0', 'false', 'no', 'off')
+
+def few_cores() -> bool:
+    "Whether this process has fewer cores than the three processes busy as a cluster starts: kernel, fork server, controller"
+    # (then the server forks the controller too, before its torch import: `start_fork_server(controller=True)`)
+    try: return len(os.sched_getaffinity(0)) < 3
+    except AttributeError: return (os.cpu_count() or 1) < 3
 
 def import_env(env:dict) -> dict:
     "The variables of `env` that libraries read once, when they load (threads, allocators, paths)"

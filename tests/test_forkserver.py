@@ -7,7 +7,7 @@ import json, os, signal, socket, subprocess, sys, threading, time
 import psutil, pytest
 from conftest import ours
 from ddp_nb import DDPCluster
-from ddp_nb.forkserver import LATER, MAX_MSG, ForkServerError, encode, fork_server
+from ddp_nb.forkserver import LATER, MAX_MSG, ForkServerError, encode, few_cores, fork_server
 from ddp_nb.processes import cluster_procs
 
 
@@ -69,15 +69,21 @@ def test_engines_and_nannies_are_forked(cl):
         assert any('ipyparallel.engine.nanny' in ' '.join(n.cmdline()) for n in nannies), nannies
 
 
-def test_the_controller_is_forked_before_torch(cl):
-    """The controller is the fork server's child too, forked between its imports: its own command, its own session, and
-    no torch in it (it never needs it)"""
+def test_the_controller_is_forked_before_torch_where_cores_are_few(cl, monkeypatch):
+    """Where cores are few (2 here), the controller is the fork server's child too, forked between its imports: its own
+    command, its own session, and no torch in it (it never needs it); with more, it starts as its own Python, beside"""
     from ddp_nb.compat_ipp import controller_process
+    assert few_cores() == (len(os.sched_getaffinity(0)) < 3)
     srv, ctl = fork_server(cl.cluster_id), controller_process(cl._ipp)
-    assert ctl.ppid() == srv.proc.pid and os.getsid(ctl.pid) == ctl.pid
+    assert ctl.ppid() == (srv.proc.pid if few_cores() else os.getpid()) and os.getsid(ctl.pid) == ctl.pid
     assert 'controller_main' in ' '.join(ctl.cmdline())
     assert not any('libtorch' in m.path for m in ctl.memory_maps()), "the controller was forked after torch's import"
     assert any('libtorch' in m.path for m in psutil.Process(cl.run(os.getpid)[0]).memory_maps())  # (the engines have it)
+    monkeypatch.setattr('ddp_nb.engines.few_cores', lambda: not few_cores())  # the other way, whatever the cores
+    with DDPCluster(n=1) as c:
+        ctl = controller_process(c._ipp)
+        assert ctl.ppid() == (os.getpid() if few_cores() else fork_server(c.cluster_id).proc.pid)
+        assert c.run('t = torch.ones(1); dist.all_reduce(t)\n_v = t.item()') is None and c.pull('_v') == 1.
 
 
 def test_no_shared_random_state_and_seeding_unchanged(cl):
@@ -145,8 +151,9 @@ def test_idle_server_imports_ahead_for_replacements(cl):
     wait_until(lambda: not psutil.pid_exists(pid), what='the killed engine gone')
     cl.restart()
     cl.run('import ddp_nb.forkserver as _f; _w = list(_f.forked_with)')
-    # (the controller's app the first engines have: the server imported it first, to fork the controller)
-    assert (cl.pull('_w', rank=0), cl.pull('_w', rank=1)) == (['ipyparallel.controller.app'], list(LATER))
+    # (the controller's app the first engines have where cores are few: the server imported it first, to fork the controller)
+    first = ['ipyparallel.controller.app'] if few_cores() else []
+    assert (cl.pull('_w', rank=0), cl.pull('_w', rank=1)) == (first, list(LATER))
     (copy,) = warm_copies(srv.proc.pid)   # the replacement was forked by the server's warm copy, which imported LATER
     assert parent(cl.run(os.getpid, ranks=1)[0]) == copy.pid
     assert cl.run('t = torch.ones(1); dist.all_reduce(t)\n_v = t.item()') is None and cl.pull('_v') == 2.
@@ -291,7 +298,7 @@ def test_a_standby_serves_the_next_kernel_warm_and_ends_when_idle(tmp_path, no_s
     print(f"\nstart, cold: {a['phases']}\nstart, from the standby: {b['phases']}")
     assert b['sum'] == [2, 2] and b['later'] == list(LATER), b
     assert b['server_parent'] == sb.pid and all(p == b['server'] for p in b['parents']) and b['standbys'] == [sb.pid], b
-    assert b['controller_parent'] == b['server'] and a['controller_parent'] == a['server'], (a, b)  # the controller too
+    assert b['controller_parent'] == b['server'] and a['controller_parent'] == (a['server'] if few_cores() else a['me']), (a, b)  # the controller too
     # the server the standby forked shows its cluster's environment: it and its engines are found as the cluster's
     assert b['server'] in b['found'] and all(p in b['found'] for p in b['parents']), b
     assert sb.is_running() and cluster_procs(b['cid']) == []   # the cluster stopped, leaving no process; the standby waits on
