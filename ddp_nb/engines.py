@@ -153,12 +153,12 @@ def ipp_cluster(n:int, # engines to start
     if engines != 'local': remote_config(cfg, engines, hosts, per_host, env or {})
     # the fork server first: it imports torch while ipyparallel loads here and the controller starts; its environment
     # is what the engines' launchers give them, and the profile folder once the Cluster has chosen it
-    # where cores are few, the controller forked from it too, before its torch import (no Python of its own to compete
-    # with that import), unless it is another one
-    fork_ctl = (fork and few_cores() and not {'controller', 'controller_launcher_class'} & set(kw)
+    # the controller forked from it too, unless it is another one: by a standby's server (warm), and where cores are
+    # few by a new one, before its torch import (no Python of its own to compete with that import)
+    fork_ctl = (fork and not {'controller', 'controller_launcher_class'} & set(kw)
                 and cfg.LocalControllerLauncher.controller_cmd == CONTROLLER_CMD)
     srv = (start_fork_server(cluster_id, {**os.environ, **cfg.LocalEngineSetLauncher.get('environment', {})},
-                             start_timeout, standby_seconds(keep_warm), fork_ctl) if fork else None)
+                             start_timeout, standby_seconds(keep_warm), fork_ctl and few_cores()) if fork else None)
     try:
         import ipyparallel as ipp
         if fork_ctl: kw['controller'] = launchers()['ForkControllerLauncher']

@@ -83,6 +83,9 @@ def test_the_controller_is_forked_before_torch_where_cores_are_few(cl, monkeypat
     with DDPCluster(n=1) as c:
         ctl = controller_process(c._ipp)
         assert ctl.ppid() == (os.getpid() if few_cores() else fork_server(c.cluster_id).proc.pid)
+        # (the launcher that forks it where the server has the controller's app: a standby's, whatever the cores)
+        assert type(c._ipp.controller).__name__ == 'ForkControllerLauncher'
+
         assert c.run('t = torch.ones(1); dist.all_reduce(t)\n_v = t.item()') is None and c.pull('_v') == 1.
 
 
