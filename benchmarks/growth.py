@@ -6,10 +6,10 @@ steps wrapped here, no library change).
     python -m benchmarks.growth --fast   # k = 1, 2, one round (CI: the code runs; the numbers mean little)
 
 Phases: engines launched + registered (controller and engine processes started, `await_registration`), engine facts
-read (`plan_group`: every engine imports torch and answers `engine_info`), group formed and checked (`form_group`:
-store, torchrun env, `init_process_group`, a check), collector connected (the cell route's set-up, then
-`_connect_reporters`, the dashboard's sockets), magics (`%%px` activated). The rounds rotate the order of k; medians; the per-engine increment is the
-least-squares slope of the medians over k."""
+read (`plan_group`: every engine imports torch and answers `engine_info`), collector made (the dashboard's `Collector`),
+group formed and checked (`form_group`: store, torchrun env, `init_process_group`, a check, and each rank connecting to
+the collector as it joins), magics (the cell route's set-up, `%%px` activated). The rounds rotate the order of k;
+medians; the per-engine increment is the least-squares slope of the medians over k."""
 import argparse, os, time
 from contextlib import contextmanager
 from IPython.core.interactiveshell import InteractiveShell
@@ -18,10 +18,10 @@ from ddp_nb import DDPCluster
 from ddp_nb.ranks import RankSet
 from benchmarks.common import med, table
 
-PHASES = [('launch', 'engines launched + registered'), ('facts', 'engine facts read'), ('group', 'group formed + checked'),
-          ('collector', 'collector connected'), ('magics', 'magics')]
-ENDS = {'launch': (C, 'await_registration'), 'facts': (C, 'plan_group'), 'group': (C, 'form_group'),
-        'collector': (DDPCluster, '_connect_reporters'), 'magics': (C, 'activate')}  # the step whose return ends each phase
+PHASES = [('launch', 'engines launched + registered'), ('facts', 'engine facts read'), ('collector', 'collector made'),
+          ('group', 'group formed + checked, ranks connected'), ('magics', 'magics')]
+ENDS = {'launch': (C, 'await_registration'), 'facts': (C, 'plan_group'), 'collector': (C, 'Collector'),
+        'group': (C, 'form_group'), 'magics': (C, 'activate')}  # the step whose return ends each phase
 NOTES = {'Setting up the namespaces': "`rank.enter_cluster`: the names `%%px` cells see, the stack dump for `cl.where()`, and the "
                                       "collective recorder's first write, which pays torch's flight-recorder symbolizer start once per rank",
          'Reading engine facts': "`rank.engine_info`: torch imported (unless the warm start already did) and the engine's facts"}
