@@ -13,7 +13,7 @@ from .processes import cluster_procs, kill_procs, remove_rank_files
 from .compat_ipp import CompatError, abandon_client, engine_uuids, session_key, stop_sync_thread, wrap_view_socket
 from .route import Route, RouteSocket
 from . import rank
-from .report import batch_interval, connect as connect_reporter
+from .report import batch_interval
 from .ranks import RankSet, push
 from .engines import (await_registration, connect_existing, controller_down, controller_ip, death_cause,
                             exit_code, ipp_cluster, remote_count, ssh_hosts, start_more, stop_ipp, wait_for_engines,
@@ -111,13 +111,13 @@ def _form_group(self:DDPCluster,
                ):
     "Plan the ranks, form the checked process group (ranks new to it report to the dashboard), make the `%%px` view"
     ph = phases or Phases()
-    known = {p.engine_id for p in self._ranks.plan}
+    before = {p.engine_id: p.rank for p in self._ranks.plan}  # (an engine new to the group, or under a new number)
     with ph('engine facts'): plan_group(self._ranks, ids, fixed, self.start_timeout)  # (waits for the engines' torch)
     if self._collector is None:
         with ph('dashboard'): self._collector = Collector(collector_host(self._ranks, self.ifname), session_key(self._rc),
                                                            world=self.world_size)
     c, interval = self._collector, batch_interval(self.world_size)
-    report = {p.rank: dict(addr=c.addr, nonce=c.nonce, interval=interval) for p in self._ranks.plan if p.engine_id not in known}
+    report = {p.rank: dict(addr=c.addr, nonce=c.nonce, interval=interval) for p in self._ranks.plan if before.get(p.engine_id) != p.rank}
     with ph('process group'):  # (joining it, a new rank connects to the collector: one call, not two)
         g = form_group(self._ranks, self.backend, self.timeout, self.threads, self.ifname, self.port, self.cluster_id,
                        report)
@@ -137,14 +137,6 @@ def _route_cells(self:DDPCluster):
     uuids, rs = engine_uuids(self._rc), self._ranks
     self._route.use({uuids[rs.plan[r].engine_id]: port for r, port in rs.routes().items() if rs.plan[r].engine_id in uuids})
     wrap_view_socket(self._view, lambda s: RouteSocket(self._route, s))
-
-# %% ../nbs/02g_cluster.ipynb #69a1996b
-@patch
-def _connect_reporters(self:DDPCluster, ranks:list|None=None):
-    "Connect the reporters of `ranks` (None: all) to the kernel's collector"
-    self._ranks.call(connect_reporter, self._collector.addr, self._collector.nonce, ranks=ranks,
-                     interval=batch_interval(self.world_size), what='Connecting the ranks to the dashboard',
-                     timeout=self.timeout)
 
 # %% ../nbs/02g_cluster.ipynb #bacafa1c
 @patch
@@ -816,7 +808,7 @@ def _regroup(self:DDPCluster, keep:dict, # engine id -> rank, for the engines th
     "Form a new process group of the kept and the new engines; `%%px` and the dashboard on the new ones"
     # (by their ranks until now: a resize gives them new ones)
     if keep: teardown(self._ranks, [p.rank for p in self._ranks.plan if p.engine_id in keep], timeout=self.timeout)
-    self._form_group(fixed=keep, ids=list(keep) + new_ids)  # (the new engines connect to the dashboard as they join)
+    self._form_group(fixed=keep, ids=list(keep) + new_ids)  # (new and renumbered ranks connect to the dashboard as they join)
     self._activate()  # %%px on the new engines
 
 # %% ../nbs/02g_cluster.ipynb #7aea9649
@@ -949,7 +941,6 @@ def resize(self:DDPCluster,
                                    what='pausing the reports of the ranks that move', timeout=self.timeout)
         self._collector.resizing(n, dict(enumerate(stay)))
     self._regroup({self._ranks.plan[r].engine_id: i for i, r in enumerate(stay)}, new_ids)
-    if moved and self._collector is not None: self._connect_reporters(list(moved))  # (under their new numbers)
     if self._dash is not None: self._dash.resize(n)
     healed = self._heal(new, list(range(len(stay)))) if new else None
     if healed is None:

@@ -9,6 +9,7 @@ import psutil
 from fastcore.basics import patch
 from .processes import CONTROLLER_CMD, ENGINE_CMD, OWNER_ENV, imports_frozen, rank_dir
 from .compat_ipp import adopt_process, engine_without_debugger, replace_nanny_start
+from .host import local_cpus
 
 # what is swallowed goes here, at DEBUG: logging.getLogger('ddp_nb').setLevel('DEBUG') shows it
 log = logging.getLogger('ddp_nb.forkserver')
@@ -43,8 +44,7 @@ def use_fork_server(asked:bool|None=None, # `DDPCluster(fork_server=...)`; None:
 def few_cores() -> bool:
     "Whether this process has fewer cores than the three processes busy as a cluster starts: kernel, fork server, controller"
     # (then the server forks the controller too, before its torch import: `start_fork_server(controller=True)`)
-    try: return len(os.sched_getaffinity(0)) < 3
-    except AttributeError: return (os.cpu_count() or 1) < 3
+    return local_cpus() < 3
 
 def import_env(env:dict) -> dict:
     "The variables of `env` that libraries read once, when they load (threads, allocators, paths)"
@@ -917,9 +917,9 @@ def launchers() -> dict:
         # (a new server forks it before its torch import; a standby's server has imported it: `LATER`)
         def start(self):
             srv = _servers.get(self.cluster_id)
-            first = srv is not None and srv.env.get(CONTROLLER_FIRST_ENV) == '1'
-            if (srv is not None and (first or 'ipyparallel.controller.app' in (srv.later or ())) and self.state == 'before'
-                    and command_of(self.args) is CONTROLLER_CMD):
+            forks = srv is not None and (srv.env.get(CONTROLLER_FIRST_ENV) == '1'
+                                         or 'ipyparallel.controller.app' in (srv.later or ()))
+            if forks and self.state == 'before' and command_of(self.args) is CONTROLLER_CMD:
                 try: pid = srv.spawn(self.args, {**os.environ, **self.get_env()}, self.work_dir, self.output_file)
                 except ForkServerError as e: log.debug(f"the controller starts without the fork server: {e}")
                 else:

@@ -166,6 +166,7 @@ def test_resize_2_3_2_mid_epoch_each_sample_once_and_the_same_weights(k):
     assert out.startswith('Resized from 2 to 3 ranks in ') and 'rank 2 is new, healed from rank 0' in out, out
     assert 'loader (re-sharded over 3 ranks, global batch 64 kept)' in out, out
     assert k.value("cl.check()") is True
+    assert k.value("[cl.pull('__import__(\"ddp_nb.context\", fromlist=[\"ctx\"]).ctx.reporter.rank', rank=r) for r in range(3)]") == [0, 1, 2]
     grown = phase(k, "fit(model, loader, opt, epochs=1, loss_fn=counted, max_steps=16)")   # 8 steps on 3 ranks
     assert [len(s) for s in grown] == [8 * 22, 8 * 21, 8 * 21], [len(s) for s in grown]   # 64 = 22 + 21 + 21
     assert k.value("cl.pull('loader.weight', rank=0)") == 22 * 3 / 64
@@ -174,6 +175,8 @@ def test_resize_2_3_2_mid_epoch_each_sample_once_and_the_same_weights(k):
     MEASURED['resize 3 → 2 (s)'] = round(time.monotonic() - t0, 2)
     print(out)
     assert 'rank 1 left; rank 2 is now rank 1;' in out and 'DDP wrapped again on every rank: model' in out, out
+    # every rank reports to the dashboard under its number now (rank 1 reconnected as it joined the new group)
+    assert k.value("[cl.pull('__import__(\"ddp_nb.context\", fromlist=[\"ctx\"]).ctx.reporter.rank', rank=r) for r in range(2)]") == [0, 1]
     # it keeps its local rank: on a GPU host that is its device, where its model and optimizer live
     assert k.value("[(r.local_rank, r.local_world_size) for r in cl.ranks]") == [[0, 2], [2, 2]]
     assert k.value("cl.pull('(local_rank, __import__(\"os\").environ[\"LOCAL_RANK\"])', rank=1)") == [2, '2']
