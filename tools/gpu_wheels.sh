@@ -18,9 +18,9 @@ CHECK=1; [ "${1:-}" = --no-check ] && CHECK=0
 
 # What the GPU suite imports there beyond the image: ddp_nb's requirements (settings.ini), nbdev 2 and its pins
 # (nbdev_test), pytest. Packages the image has are resolved too (so the closure is consistent) and then dropped.
-WANT=('ipyparallel>=8.6' 'pyzmq' 'ipywidgets' 'ipykernel' 'cloudpickle' 'psutil' 'matplotlib' 'nvidia-ml-py'
+WANT=('ipyparallel>=8.6' 'pyzmq' 'orjson' 'ipywidgets' 'ipykernel' 'cloudpickle' 'psutil' 'matplotlib' 'nvidia-ml-py'
       'nbdev>=2.4.14,<3' 'execnb<0.2' 'fastcore<2' 'pytest' 'pytest-timeout')
-IMPORTS='ipyparallel, zmq, ipywidgets, ipykernel, IPython, jupyter_client, traitlets, tornado, nbdev, execnb, fastcore, pytest, pytest_timeout'
+IMPORTS='ipyparallel, zmq, orjson, ipywidgets, ipykernel, IPython, jupyter_client, traitlets, tornado, nbdev, execnb, fastcore, pytest, pytest_timeout'
 
 # The GPU image's Python packages ('cuda' image, as read on 2026-11-17; see the device notes, KINDS.md)
 IMAGE_HAS="absl-py accelerate aiofiles aiohappyeyeballs aiohttp aiosignal annotated-doc anyio attrs botorch build certifi
