@@ -371,10 +371,10 @@ def run_script(self:DDPCluster,
                *args, # its command-line arguments (converted to str)
                timeout:float|None=None, # seconds to wait for it on every rank; None: no limit
               ) -> list[dict]: # per rank: rank, exit_code, seconds, stdout, stderr, error
-    "Run an unchanged torchrun script on every rank (fresh rendezvous, torchrun's environment), then restore the group"
+    "Run an unchanged torchrun script on every rank (fresh rendezvous, torchrun's environment) beside the cluster's group"
     self._live()
     return run_script(self._ranks, path, args, timeout, self.backend, self.timeout, self.master_addr,
-                      f"{self.cluster_id}-{secrets.token_hex(3)}", reform=self._form_group)
+                      f"{self.cluster_id}-{secrets.token_hex(3)}")
 
 # %% ../nbs/02g_cluster.ipynb #6a8df97e
 def _deprecated(old:str, # what was called

@@ -12,8 +12,8 @@ from .compat_ipp import CompatError, installed, check_versions as _check, missin
 # %% auto #0
 __all__ = ['tested_versions', 'min_versions', 'missing', 'check_versions', 'issued_collectives', 'reset_group_count',
            'compress_hook', 'queue_autograd_callback', 'when_imported', 'lightning_not_interactive',
-           'guard_lightning_launchers', 'unpin_groups', 'reset_accelerate_state', 'flight_recorder_dump',
-           'symbolize_quietly', 'merge_dump', 'issued_per_group']
+           'guard_lightning_launchers', 'unpin_groups', 'groups_aside', 'reset_accelerate_state',
+           'flight_recorder_dump', 'symbolize_quietly', 'merge_dump', 'issued_per_group']
 
 # %% ../nbs/00c_compat_torch.ipynb #f324a3c1
 # major.minor the tests of this module ran against
@@ -164,6 +164,47 @@ def unpin_groups(prefix:str='torch.distributed', # the modules looked at: this o
             else: fs = [v]
             n += sum(_unpin(f) for f in fs if type(f) is types.FunctionType)
     return n
+
+# %% ../nbs/00c_compat_torch.ipynb #773bd143
+class _WorldAside(dist.distributed_c10d._World):
+    "A world of process groups whose tables are its own (torch's `_World` keeps them in module globals)"
+    def __init__(self):
+        super().__init__()
+        self._t = dict(pg_map={}, pg_names={}, pg_group_ranks={}, pg_backend_config={}, tags_to_pg={}, pg_to_tag={})
+        self._count = 0
+    pg_map = property(lambda s: s._t['pg_map'])
+    pg_names = property(lambda s: s._t['pg_names'])
+    pg_group_ranks = property(lambda s: s._t['pg_group_ranks'])
+    pg_backend_config = property(lambda s: s._t['pg_backend_config'])
+    tags_to_pg = property(lambda s: s._t['tags_to_pg'])
+    pg_to_tag = property(lambda s: s._t['pg_to_tag'])
+    group_count = property(lambda s: s._count, lambda s, v: setattr(s, '_count', v))
+
+_ASIDE_NAMES = ('_World', '_world', '_update_default_pg', '_register_process_group', '_unregister_process_group',
+                '_backend', '_default_pg_init_method')
+
+@contextlib.contextmanager
+def groups_aside():
+    "Within: torch sees no process group of this process (a script forms its own); after: its groups are back"
+    # `distributed_c10d._world` replaced, the groups' names out of c10d's registry meanwhile; tested with torch 2.13
+    c10d = dist.distributed_c10d
+    if not all(hasattr(c10d, a) for a in _ASIDE_NAMES): raise missing('distributed_c10d.' + ', '.join(_ASIDE_NAMES))
+    kept, kept_globals = c10d._world, (c10d._backend, c10d._default_pg_init_method)
+    for name in kept.pg_names.values(): c10d._unregister_process_group(name)
+    c10d._world = _WorldAside()
+    c10d._update_default_pg(None)
+    unpin_groups()  # (defaults that captured the cluster's group: the script's calls use its own)
+    try: yield
+    finally:
+        try:
+            if dist.is_initialized(): dist.destroy_process_group()  # what the script left
+            for name in c10d._world.pg_names.values(): c10d._unregister_process_group(name)
+        finally:
+            c10d._world = kept
+            c10d._backend, c10d._default_pg_init_method = kept_globals
+            for pg, name in kept.pg_names.items(): c10d._register_process_group(name, pg)
+            c10d._update_default_pg(kept.default_pg)
+            unpin_groups()  # (defaults that captured the script's group)
 
 # %% ../nbs/00c_compat_torch.ipynb #3309f68d
 def reset_accelerate_state() -> bool: # False when this process has not imported accelerate

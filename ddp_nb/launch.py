@@ -8,7 +8,6 @@ import os, secrets, sys, time
 from . import rank, scripts
 from .compat_ipp import record_outputs
 from .core import name_ranks
-from .group import teardown
 from .outputs import RankOutput
 from .ranks import RankSet, wait_all
 
@@ -116,15 +115,13 @@ def run_script(rs:RankSet, # the ranks of a running cluster
                group_timeout:float=60, # the cluster's process-group timeout
                master_addr:str='127.0.0.1', # rank 0's address (the cluster's MASTER_ADDR)
                run_id:str='', # TORCHELASTIC_RUN_ID
-               reform=None, # called after the script to form the cluster's own group again
               ) -> list[dict]: # per rank: rank, exit_code, seconds, stdout, stderr, error
-    "Run an unchanged torchrun script on every rank, then give the cluster its group back"
-    # with a fresh rendezvous and torchrun's environment
+    "Run an unchanged torchrun script on every rank beside the cluster's group, which each rank has back after"
+    # with a fresh rendezvous and torchrun's environment; each rank sets its groups aside meanwhile (`run_rank`)
     path, args, name = (_script_path(path), [os.fspath(a) if isinstance(a, os.PathLike) else str(a) for a in args],
                         os.path.basename(path))
     if timeout is not None and timeout <= 0:
         raise ValueError(f"timeout={timeout!r}: pass a positive number of seconds, or None.")
-    teardown(rs, timeout=group_timeout)
     port = rs.call(rank.open_store, master_addr, len(rs), group_timeout, ranks=[0], what='Opening the rendezvous store',
                    timeout=group_timeout)[0]
     record_outputs(rs.rc)  # every output message of the script, in order (its \r progress bars too)
@@ -134,16 +131,16 @@ def run_script(rs:RankSet, # the ranks of a running cluster
     busy, stopped = follow_script(rs, ars, envs, timeout, backend, group_timeout)
     if busy:
         raise RuntimeError(f"{name} {stopped}: {name_ranks(busy)} did not stop within {group_timeout:g}s of SIGINT "
-                           f"(probably blocked in a collective). The cluster has no process group until they return: "
-                           f"call cl.reform() then, or cl.stop().")
+                           f"(probably blocked in a collective). Each has the cluster's process group back once its "
+                           f"script returns (its cells wait until then); cl.restart({busy}) replaces them now.")
     results = [dict(ar.get() if ar.successful() else _run_failed(ar, r), stdout=ar['stdout'], stderr=ar['stderr'])
                for r, ar in sorted(ars.items())]
-    if reform is not None: reform()  # the cluster's own group, on a fresh port
+    rs.call(rank.close_store, ranks=[0], what="Closing the script's rendezvous store", timeout=group_timeout)
     msg = script_failure(name, results)
     if stopped:
-        raise ScriptError(f"{name} {stopped}; the cluster's process group is formed again."
+        raise ScriptError(f"{name} {stopped}; every rank has the cluster's process group back."
                           + (f"\n{msg}" if msg else ''), results)
     if msg:
-        raise ScriptError(msg
-                          + "\nThe cluster's process group is formed again; the ranks' namespaces are intact.", results)
+        raise ScriptError(msg + "\nEvery rank has the cluster's process group back; the ranks' namespaces are intact.",
+                          results)
     return results

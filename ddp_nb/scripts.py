@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from .core import torchrun_env
 
 # %% auto #0
-__all__ = ['NOTEBOOK_PROBES', 'script_envs', 'as_in_terminal', 'run_rank', 'release_peers']
+__all__ = ['NOTEBOOK_PROBES', 'script_envs', 'as_in_terminal', 'script_aside', 'run_rank', 'release_peers']
 
 # %% ../nbs/01c_scripts.ipynb #47da0e7c
 def script_envs(plan:list, # the cluster's ranks (`core.plan_ranks`), ordered by rank
@@ -82,13 +82,24 @@ def _script_traceback(e:BaseException, path:str) -> str:
     while tb is not None and tb.tb_frame.f_code.co_filename != path: tb = tb.tb_next
     return ''.join(traceback.format_exception(type(e), e, tb or e.__traceback__))
 
+@contextmanager
+def script_aside():
+    "While a script runs in a rank: the cluster's process groups and stop-vote group set aside, back after"
+    # (torch's world: `compat_torch.groups_aside`; the script's own store on rank 0 is the kernel's: `launch.run_script`)
+    from ddp_nb.compat_torch import groups_aside
+    from ddp_nb.context import ctx
+    votes, ctx.vote_group = ctx.vote_group, None
+    try:
+        with groups_aside(): yield
+    finally: ctx.vote_group = votes
+
 def run_rank(path:str, # absolute path of the script
              args:list[str], # its command-line arguments
              env:dict, # torchrun's environment for this rank (`script_envs`)
              cwd:str|None=None, # working directory for the script (the notebook's); None: stay
             ) -> dict: # rank, exit_code, error (traceback/None), seconds, ended (epoch s), in_group (it left a group)
     "On a rank: run the script at `path` as `__main__` with torchrun's environment, then restore the process"
-    # restoring includes destroying the script's process group
+    # the cluster's groups set aside meanwhile (`script_aside`); restoring destroys the script's
     import gc, runpy
     import torch.distributed as dist
     from ddp_nb.rank import drop_group, host_name, reset_accelerate
@@ -99,31 +110,32 @@ def run_rank(path:str, # absolute path of the script
     saved = dict(environ=dict(os.environ), argv=sys.argv[:], path=sys.path[:], cwd=os.getcwd(), stdout=sys.stdout,
                  stderr=sys.stderr, modules=set(sys.modules), script_dir=os.path.dirname(path))
     code, error, t0 = 0, None, time.monotonic()
-    try:
-        os.environ.update(env)
-        reset_accelerate()  # an Accelerator() in the script sets up its own state (and group) from this environment
-        from ddp_nb.fabric import fabric_ready  # (imports torch: here, on the rank)
-        # a Lightning Fabric script: started from outside, as under torchrun (a no-op without Lightning); Lightning
-        # picks its bar on import
-        with as_in_terminal(): fabric_ready()
-        sys.argv = [path, *args]
-        sys.path.insert(0, saved['script_dir'])  # as `python path` does
-        if cwd and os.path.isdir(cwd): os.chdir(cwd)
+    with script_aside():  # the script sees no group of the cluster's, and forms its own
         try:
-            with as_in_terminal(): runpy.run_path(path, run_name='__main__')  # text progress bars, as under torchrun
-        except SystemExit as e:
-            code = _exit(e)
-            if code: error = _script_traceback(e, path)
-            traceback.clear_frames(e.__traceback__)
-        except BaseException as e:  # KeyboardInterrupt too: the rank must still clean up
-            code, error = 1, _script_traceback(e, path)
-            traceback.clear_frames(e.__traceback__)
-    finally:
-        ended, in_group = time.time(), dist.is_initialized()
-        _restore(saved)
-        drop_group()  # the script's group, if it left one (and torch's group counter, if its init failed)
-        gc.collect()  # free the group's sockets now: a peer blocked in a collective with this rank gets an error
-        reset_accelerate()
+            os.environ.update(env)
+            reset_accelerate()  # an Accelerator() in the script sets up its own state (and group) from this environment
+            from ddp_nb.fabric import fabric_ready  # (imports torch: here, on the rank)
+            # a Lightning Fabric script: started from outside, as under torchrun (a no-op without Lightning); Lightning
+            # picks its bar on import
+            with as_in_terminal(): fabric_ready()
+            sys.argv = [path, *args]
+            sys.path.insert(0, saved['script_dir'])  # as `python path` does
+            if cwd and os.path.isdir(cwd): os.chdir(cwd)
+            try:
+                with as_in_terminal(): runpy.run_path(path, run_name='__main__')  # text bars, as under torchrun
+            except SystemExit as e:
+                code = _exit(e)
+                if code: error = _script_traceback(e, path)
+                traceback.clear_frames(e.__traceback__)
+            except BaseException as e:  # KeyboardInterrupt too: the rank must still clean up
+                code, error = 1, _script_traceback(e, path)
+                traceback.clear_frames(e.__traceback__)
+        finally:
+            ended, in_group = time.time(), dist.is_initialized()
+            _restore(saved)
+            drop_group()  # the script's group, if it left one (and torch's group counter, if its init failed)
+            gc.collect()  # free the group's sockets now: a peer blocked in a collective with this rank gets an error
+            reset_accelerate()
     return dict(rank=rank, exit_code=code, error=error, seconds=time.monotonic() - t0, ended=ended, in_group=in_group)
 
 # %% ../nbs/01c_scripts.ipynb #ce02b745
@@ -139,19 +151,20 @@ def release_peers(env:dict, # the environment the script ran with on this rank (
     import torch.distributed as dist
     from ddp_nb.rank import drop_group
     saved = dict(os.environ)
-    try:
-        store = dist.TCPStore(env['MASTER_ADDR'], int(env['MASTER_PORT']), is_master=False,
-                              timeout=timedelta(seconds=join_timeout))
-        deadline = time.monotonic() + timeout
-        while store.num_keys() == 0:  # nobody has reached the rendezvous yet (SIGINT ends the wait)
-            if time.monotonic() > deadline: return False
-            time.sleep(0.1)
-        del store
-        os.environ.update(env)
-        dist.init_process_group(backend, timeout=timedelta(seconds=join_timeout))
-        return True
-    except (Exception, KeyboardInterrupt): return False
-    finally:
-        drop_group()
-        gc.collect()
-        _restore_env(saved)
+    with script_aside():  # (the cluster's groups stay; this one is the script's)
+        try:
+            store = dist.TCPStore(env['MASTER_ADDR'], int(env['MASTER_PORT']), is_master=False,
+                                  timeout=timedelta(seconds=join_timeout))
+            deadline = time.monotonic() + timeout
+            while store.num_keys() == 0:  # nobody has reached the rendezvous yet (SIGINT ends the wait)
+                if time.monotonic() > deadline: return False
+                time.sleep(0.1)
+            del store
+            os.environ.update(env)
+            dist.init_process_group(backend, timeout=timedelta(seconds=join_timeout))
+            return True
+        except (Exception, KeyboardInterrupt): return False
+        finally:
+            drop_group()
+            gc.collect()
+            _restore_env(saved)
