@@ -1,5 +1,5 @@
 """The GPU path (`make test-gpu`, tools/test_gpu.sh): an nccl group on CUDA ranks, the quickstart's training, report()
-without device syncs, fp16/bf16 autocast, checkpoints that resume on the GPU, SyncBatchNorm, the error for more nccl
+without device syncs, fp16/bf16 autocast, checkpoints that resume on the GPU, SyncBatchNorm, a script run beside the nccl group (cl.run_script), the error for more nccl
 ranks than GPUs (and the gloo fallback it suggests), and the dashboard's NVML load against nvidia-smi.
 
 Skipped where no CUDA GPU is visible. One GPU is enough: nccl runs at world size 1 there."""
@@ -273,6 +273,20 @@ def test_syncbatchnorm_converts_and_trains_at_world_size_1(cl):
     assert r['bn_device'] == 'cuda:0'
     assert r['losses'][-1][1] < r['losses'][0][1], r['losses']
     assert r['diff'] < 1e-5 and r['stats'] < 1e-5, r   # one rank: SyncBatchNorm is BatchNorm
+
+
+def test_a_script_runs_beside_the_nccl_group_and_a_ddp_model_built_before_trains_after(cl, tmp_path):
+    "cl.run_script on nccl: the script forms its own nccl group; the cluster's, set aside meanwhile, is the same after"
+    script = tmp_path / 'nccl_script.py'
+    script.write_text("import os, torch, torch.distributed as dist\n"
+                      "dist.init_process_group('nccl', device_id=torch.device('cuda', int(os.environ['LOCAL_RANK'])))\n"
+                      "t = torch.ones(4, device='cuda'); dist.all_reduce(t); assert t.sum().item() == 4 * dist.get_world_size()\n"
+                      "dist.destroy_process_group()\n")
+    cl.run("m = DDP(torch.nn.Linear(8, 2).to(device)); pg = dist.group.WORLD\n"
+           "m(torch.ones(3, 8, device=device)).sum().backward()")
+    assert [r['exit_code'] for r in cl.run_script(script)] == [0]
+    cl.run("m(torch.ones(3, 8, device=device)).sum().backward(); torch.cuda.synchronize()")   # its group was not shut down
+    assert cl.view['dist.group.WORLD is pg and m.process_group is pg'] == [True]
 
 
 # ---------------------------------------------------------------- more ranks than GPUs
