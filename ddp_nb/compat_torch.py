@@ -166,44 +166,54 @@ def unpin_groups(prefix:str='torch.distributed', # the modules looked at: this o
     return n
 
 # %% ../nbs/00c_compat_torch.ipynb #773bd143
-class _WorldAside(dist.distributed_c10d._World):
-    "A world of process groups whose tables are its own (torch's `_World` keeps them in module globals)"
-    def __init__(self):
-        super().__init__()
-        self._t = dict(pg_map={}, pg_names={}, pg_group_ranks={}, pg_backend_config={}, tags_to_pg={}, pg_to_tag={})
-        self._count = 0
-    pg_map = property(lambda s: s._t['pg_map'])
-    pg_names = property(lambda s: s._t['pg_names'])
-    pg_group_ranks = property(lambda s: s._t['pg_group_ranks'])
-    pg_backend_config = property(lambda s: s._t['pg_backend_config'])
-    tags_to_pg = property(lambda s: s._t['tags_to_pg'])
-    pg_to_tag = property(lambda s: s._t['pg_to_tag'])
-    group_count = property(lambda s: s._count, lambda s, v: setattr(s, '_count', v))
+_aside_world = []  # the class, made on first use (a torch without `_World` still imports this module)
 
-_ASIDE_NAMES = ('_World', '_world', '_update_default_pg', '_register_process_group', '_unregister_process_group',
-                '_backend', '_default_pg_init_method')
+def _world_aside():
+    "A world of process groups whose tables are its own (torch's `_World` keeps them in module globals)"
+    if not _aside_world:
+        class _WorldAside(dist.distributed_c10d._World):
+            def __init__(self):
+                super().__init__()
+                self._t = {k: {} for k in ('pg_map', 'pg_names', 'pg_group_ranks', 'pg_backend_config', 'tags_to_pg',
+                                           'pg_to_tag')}
+                self._count = 0
+            pg_map = property(lambda s: s._t['pg_map'])
+            pg_names = property(lambda s: s._t['pg_names'])
+            pg_group_ranks = property(lambda s: s._t['pg_group_ranks'])
+            pg_backend_config = property(lambda s: s._t['pg_backend_config'])
+            tags_to_pg = property(lambda s: s._t['tags_to_pg'])
+            pg_to_tag = property(lambda s: s._t['pg_to_tag'])
+            group_count = property(lambda s: s._count, lambda s, v: setattr(s, '_count', v))
+        _aside_world.append(_WorldAside)
+    return _aside_world[0]()
 
 @contextlib.contextmanager
 def groups_aside():
     "Within: torch sees no process group of this process (a script forms its own); after: its groups are back"
-    # `distributed_c10d._world` replaced, the groups' names out of c10d's registry meanwhile; tested with torch 2.13
+    # `distributed_c10d._world` replaced, the groups' names out of c10d's registry meanwhile (torch >= 2.2 resolves
+    # groups by name there); tested with torch 2.13
     c10d = dist.distributed_c10d
-    if not all(hasattr(c10d, a) for a in _ASIDE_NAMES): raise missing('distributed_c10d.' + ', '.join(_ASIDE_NAMES))
-    kept, kept_globals = c10d._world, (c10d._backend, c10d._default_pg_init_method)
-    for name in kept.pg_names.values(): c10d._unregister_process_group(name)
-    c10d._world = _WorldAside()
-    c10d._update_default_pg(None)
+    if not (hasattr(c10d, '_World') and hasattr(c10d, '_world')): raise missing('distributed_c10d._World and _world')
+    noop = lambda *a: None
+    register = getattr(c10d, '_register_process_group', noop)
+    unregister = getattr(c10d, '_unregister_process_group', noop)
+    set_default = getattr(c10d, '_update_default_pg', None) or (lambda pg: setattr(c10d._world, 'default_pg', pg))
+    kept, kept_globals = c10d._world, {a: getattr(c10d, a) for a in ('_backend', '_default_pg_init_method')
+                                       if hasattr(c10d, a)}
+    for name in kept.pg_names.values(): unregister(name)
+    c10d._world = _world_aside()
+    set_default(None)
     unpin_groups()  # (defaults that captured the cluster's group: the script's calls use its own)
     try: yield
     finally:
         try:
             if dist.is_initialized(): dist.destroy_process_group()  # what the script left
-            for name in c10d._world.pg_names.values(): c10d._unregister_process_group(name)
+            for name in c10d._world.pg_names.values(): unregister(name)
         finally:
             c10d._world = kept
-            c10d._backend, c10d._default_pg_init_method = kept_globals
-            for pg, name in kept.pg_names.items(): c10d._register_process_group(name, pg)
-            c10d._update_default_pg(kept.default_pg)
+            for a, v in kept_globals.items(): setattr(c10d, a, v)
+            for pg, name in kept.pg_names.items(): register(name, pg)
+            set_default(kept.default_pg)
             unpin_groups()  # (defaults that captured the script's group)
 
 # %% ../nbs/00c_compat_torch.ipynb #3309f68d
