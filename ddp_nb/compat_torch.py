@@ -12,7 +12,7 @@ from .compat_ipp import CompatError, installed, check_versions as _check, missin
 # %% auto #0
 __all__ = ['tested_versions', 'min_versions', 'missing', 'check_versions', 'issued_collectives', 'reset_group_count',
            'compress_hook', 'queue_autograd_callback', 'when_imported', 'lightning_not_interactive',
-           'guard_lightning_launchers', 'unpin_groups', 'groups_aside', 'reset_accelerate_state',
+           'guard_lightning_launchers', 'unpin_groups', 'groups_aside', 'reset_accelerate_state', 'accelerate_aside',
            'flight_recorder_dump', 'symbolize_quietly', 'merge_dump', 'issued_per_group']
 
 # %% ../nbs/00c_compat_torch.ipynb #f324a3c1
@@ -227,6 +227,25 @@ def reset_accelerate_state() -> bool: # False when this process has not imported
     AcceleratorState._reset_state(reset_partial_state=True)
     GradientState._reset_state()
     return True
+
+# %% ../nbs/00c_compat_torch.ipynb #6535f955
+_ACCELERATE_STATES = ('PartialState', 'AcceleratorState', 'GradientState')
+
+@contextlib.contextmanager
+def accelerate_aside():
+    "Within: Accelerate's singletons start afresh (a script's `Accelerator()` binds to its own group); after: as before"
+    # their `_shared_state` dicts: copied, reset (`reset_accelerate_state`), filled again; tested with Accelerate 1.15
+    kept = {}
+    if 'accelerate' in sys.modules:
+        import accelerate.state as st
+        if not all(isinstance(getattr(getattr(st, c, None), '_shared_state', None), dict) for c in _ACCELERATE_STATES):
+            raise missing('PartialState, AcceleratorState and GradientState._shared_state', 'accelerate')
+        kept = {getattr(st, c): dict(getattr(st, c)._shared_state) for c in _ACCELERATE_STATES}
+    reset_accelerate_state()
+    try: yield
+    finally:
+        reset_accelerate_state()  # (what the script made: it may have imported accelerate itself)
+        for cls, d in kept.items(): cls._shared_state.update(d)
 
 # %% ../nbs/00c_compat_torch.ipynb #c32b2273
 check_versions()

@@ -84,13 +84,13 @@ def _script_traceback(e:BaseException, path:str) -> str:
 
 @contextmanager
 def script_aside():
-    "While a script runs in a rank: the cluster's process groups and stop-vote group set aside, back after"
-    # (torch's world: `compat_torch.groups_aside`; the script's own store on rank 0 is the kernel's: `launch.run_script`)
-    from ddp_nb.compat_torch import groups_aside
+    "While a script runs in a rank: the cluster's process groups, stop-vote group and Accelerate state set aside"
+    # (and back after: `compat_torch.groups_aside`, `accelerate_aside`; rank 0's script store is `launch.run_script`'s)
+    from ddp_nb.compat_torch import accelerate_aside, groups_aside
     from ddp_nb.context import ctx
     votes, ctx.vote_group = ctx.vote_group, None
     try:
-        with groups_aside(): yield
+        with groups_aside(), accelerate_aside(): yield
     finally: ctx.vote_group = votes
 
 def run_rank(path:str, # absolute path of the script
@@ -102,7 +102,7 @@ def run_rank(path:str, # absolute path of the script
     # the cluster's groups set aside meanwhile (`script_aside`); restoring destroys the script's
     import gc, runpy
     import torch.distributed as dist
-    from ddp_nb.rank import drop_group, host_name, reset_accelerate
+    from ddp_nb.rank import drop_group, host_name
     rank = int(env.get('RANK', 0))
     if not os.path.isfile(path):
         raise FileNotFoundError(f"rank {rank} on {host_name()}: no script at {path}. Every host "
@@ -112,8 +112,7 @@ def run_rank(path:str, # absolute path of the script
     code, error, t0 = 0, None, time.monotonic()
     with script_aside():  # the script sees no group of the cluster's, and forms its own
         try:
-            os.environ.update(env)
-            reset_accelerate()  # an Accelerator() in the script sets up its own state (and group) from this environment
+            os.environ.update(env)  # (an Accelerator() in the script sets up its own state and group from it)
             from ddp_nb.fabric import fabric_ready  # (imports torch: here, on the rank)
             # a Lightning Fabric script: started from outside, as under torchrun (a no-op without Lightning); Lightning
             # picks its bar on import
@@ -135,7 +134,6 @@ def run_rank(path:str, # absolute path of the script
             _restore(saved)
             drop_group()  # the script's group, if it left one (and torch's group counter, if its init failed)
             gc.collect()  # free the group's sockets now: a peer blocked in a collective with this rank gets an error
-            reset_accelerate()
     return dict(rank=rank, exit_code=code, error=error, seconds=time.monotonic() - t0, ended=ended, in_group=in_group)
 
 # %% ../nbs/01c_scripts.ipynb #ce02b745
