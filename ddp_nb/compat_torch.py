@@ -166,42 +166,26 @@ def unpin_groups(prefix:str='torch.distributed', # the modules looked at: this o
     return n
 
 # %% ../nbs/00c_compat_torch.ipynb #773bd143
-_aside_world = []  # the class, made on first use (a torch without `_World` still imports this module)
-
-def _world_aside():
-    "A world of process groups whose tables are its own (torch's `_World` keeps them in module globals)"
-    if not _aside_world:
-        class _WorldAside(dist.distributed_c10d._World):
-            def __init__(self):
-                super().__init__()
-                self._t = {k: {} for k in ('pg_map', 'pg_names', 'pg_group_ranks', 'pg_backend_config', 'tags_to_pg',
-                                           'pg_to_tag')}
-                self._count = 0
-            pg_map = property(lambda s: s._t['pg_map'])
-            pg_names = property(lambda s: s._t['pg_names'])
-            pg_group_ranks = property(lambda s: s._t['pg_group_ranks'])
-            pg_backend_config = property(lambda s: s._t['pg_backend_config'])
-            tags_to_pg = property(lambda s: s._t['tags_to_pg'])
-            pg_to_tag = property(lambda s: s._t['pg_to_tag'])
-            group_count = property(lambda s: s._count, lambda s, v: setattr(s, '_count', v))
-        _aside_world.append(_WorldAside)
-    return _aside_world[0]()
+# torch's tables of process groups: module globals its `_World` reads (the world itself holds the default group)
+_WORLD_TABLES = ('_pg_map', '_pg_names', '_pg_group_ranks', '_pg_backend_config', '_tags_to_pg', '_pg_to_tag')
 
 @contextlib.contextmanager
 def groups_aside():
     "Within: torch sees no process group of this process (a script forms its own); after: its groups are back"
-    # `distributed_c10d._world` replaced, the groups' names out of c10d's registry meanwhile (torch >= 2.2 resolves
-    # groups by name there); tested with torch 2.13
+    # a new `distributed_c10d._world` and empty tables, the groups' names out of c10d's registry meanwhile
+    # (torch >= 2.2 resolves groups by name there); tested with torch 2.13
     c10d = dist.distributed_c10d
     if not (hasattr(c10d, '_World') and hasattr(c10d, '_world')): raise missing('distributed_c10d._World and _world')
     noop = lambda *a: None
     register = getattr(c10d, '_register_process_group', noop)
     unregister = getattr(c10d, '_unregister_process_group', noop)
     set_default = getattr(c10d, '_update_default_pg', None) or (lambda pg: setattr(c10d._world, 'default_pg', pg))
-    kept, kept_globals = c10d._world, {a: getattr(c10d, a) for a in ('_backend', '_default_pg_init_method')
-                                       if hasattr(c10d, a)}
-    for name in kept.pg_names.values(): unregister(name)
-    c10d._world = _world_aside()
+    world = c10d._world
+    names = ('_world', '_group_count', '_backend', '_default_pg_init_method', *_WORLD_TABLES)
+    kept = {a: getattr(c10d, a) for a in names if hasattr(c10d, a)}
+    for name in world.pg_names.values(): unregister(name)
+    for a in _WORLD_TABLES: setattr(c10d, a, {})
+    c10d._world, c10d._group_count = c10d._World(), 0
     set_default(None)
     unpin_groups()  # (defaults that captured the cluster's group: the script's calls use its own)
     try: yield
@@ -210,10 +194,9 @@ def groups_aside():
             if dist.is_initialized(): dist.destroy_process_group()  # what the script left
             for name in c10d._world.pg_names.values(): unregister(name)
         finally:
-            c10d._world = kept
-            for a, v in kept_globals.items(): setattr(c10d, a, v)
-            for pg, name in kept.pg_names.items(): register(name, pg)
-            set_default(kept.default_pg)
+            for a, v in kept.items(): setattr(c10d, a, v)
+            for pg, name in world.pg_names.items(): register(name, pg)
+            set_default(world.default_pg)
             unpin_groups()  # (defaults that captured the script's group)
 
 # %% ../nbs/00c_compat_torch.ipynb #3309f68d

@@ -85,13 +85,17 @@ def _script_traceback(e:BaseException, path:str) -> str:
 @contextmanager
 def script_aside():
     "While a script runs in a rank: the cluster's process groups, stop-vote group and Accelerate state set aside"
-    # (and back after: `compat_torch.groups_aside`, `accelerate_aside`; rank 0's script store is `launch.run_script`'s)
+    # (and back after: `compat_torch.groups_aside`, which destroys the group the script left, `accelerate_aside`;
+    # rank 0's script store is `launch.run_script`'s)
+    import gc
     from ddp_nb.compat_torch import accelerate_aside, groups_aside
     from ddp_nb.context import ctx
     votes, ctx.vote_group = ctx.vote_group, None
     try:
         with groups_aside(), accelerate_aside(): yield
-    finally: ctx.vote_group = votes
+    finally:
+        ctx.vote_group = votes
+        gc.collect()  # free the script's group's sockets now: a peer blocked in a collective with it gets an error
 
 def run_rank(path:str, # absolute path of the script
              args:list[str], # its command-line arguments
@@ -99,10 +103,10 @@ def run_rank(path:str, # absolute path of the script
              cwd:str|None=None, # working directory for the script (the notebook's); None: stay
             ) -> dict: # rank, exit_code, error (traceback/None), seconds, ended (epoch s), in_group (it left a group)
     "On a rank: run the script at `path` as `__main__` with torchrun's environment, then restore the process"
-    # the cluster's groups set aside meanwhile (`script_aside`); restoring destroys the script's
-    import gc, runpy
+    # the cluster's groups set aside meanwhile (`script_aside`), which destroys the script's
+    import runpy
     import torch.distributed as dist
-    from ddp_nb.rank import drop_group, host_name
+    from ddp_nb.rank import host_name
     rank = int(env.get('RANK', 0))
     if not os.path.isfile(path):
         raise FileNotFoundError(f"rank {rank} on {host_name()}: no script at {path}. Every host "
@@ -132,8 +136,6 @@ def run_rank(path:str, # absolute path of the script
         finally:
             ended, in_group = time.time(), dist.is_initialized()
             _restore(saved)
-            drop_group()  # the script's group, if it left one (and torch's group counter, if its init failed)
-            gc.collect()  # free the group's sockets now: a peer blocked in a collective with this rank gets an error
     return dict(rank=rank, exit_code=code, error=error, seconds=time.monotonic() - t0, ended=ended, in_group=in_group)
 
 # %% ../nbs/01c_scripts.ipynb #ce02b745
@@ -144,10 +146,8 @@ def release_peers(env:dict, # the environment the script ran with on this rank (
                  ) -> bool: # True if the group formed (and was left)
     "On a rank whose script failed before it joined the script's group: join it and leave at once"
     # so that peers waiting for it go on
-    import gc
     from datetime import timedelta
     import torch.distributed as dist
-    from ddp_nb.rank import drop_group
     saved = dict(os.environ)
     with script_aside():  # (the cluster's groups stay; this one is the script's)
         try:
@@ -162,7 +162,4 @@ def release_peers(env:dict, # the environment the script ran with on this rank (
             dist.init_process_group(backend, timeout=timedelta(seconds=join_timeout))
             return True
         except (Exception, KeyboardInterrupt): return False
-        finally:
-            drop_group()
-            gc.collect()
-            _restore_env(saved)
+        finally: _restore_env(saved)

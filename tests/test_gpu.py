@@ -1,6 +1,6 @@
 """The GPU path (`make test-gpu`, tools/test_gpu.sh): an nccl group on CUDA ranks, the quickstart's training, report()
-without device syncs, fp16/bf16 autocast, checkpoints that resume on the GPU, SyncBatchNorm, a script run beside the nccl group (cl.run_script), the error for more nccl
-ranks than GPUs (and the gloo fallback it suggests), and the dashboard's NVML load against nvidia-smi.
+without device syncs, fp16/bf16 autocast, checkpoints that resume on the GPU, SyncBatchNorm, a script run beside the nccl group
+(cl.run_script), the error for more nccl ranks than GPUs (and the gloo fallback it suggests), and the dashboard's NVML load against nvidia-smi.
 
 Skipped where no CUDA GPU is visible. One GPU is enough: nccl runs at world size 1 there."""
 import json, os, subprocess, sys, time
