@@ -8,7 +8,7 @@ import os, secrets, signal, sys, threading, time, warnings
 from multiprocessing.util import Finalize
 from fastcore.basics import patch
 from .core import Phases, Rank, RankState, agree, engine_count, make_cluster_id, name_ranks, pick_backend
-from .host import local_cpus, local_gpus
+from .host import Exits, local_cpus, local_gpus
 from .processes import cluster_procs, kill_procs, remove_rank_files
 from .compat_ipp import CompatError, abandon_client, engine_uuids, session_key, stop_sync_thread, wrap_view_socket
 from .route import Route, RouteSocket
@@ -72,6 +72,7 @@ class DDPCluster:
         self._ipp = self._rc = self._view = self._route = self._fin = self._collector = self._history = self._dash = None
         # _outside: the message once stopped outside this notebook
         self._ranks, self._sup, self._outside = RankSet(None), None, None
+        self._exits = Exits()  # its ranks and controller here, held by pidfds while it runs (closed as it stops)
         self.grace = 2.0  # seconds the other ranks get to finish after one fails, before they count as stuck (ended)
         # seconds without progress before the watchdog reports a hang; 'auto' (`supervise.hang_limit`); None: never
         self.hang_after = 'auto'
@@ -171,6 +172,7 @@ def stop(self:DDPCluster,
         remove_rank_files(self.cluster_id)  # what cl.where() and cl.collectives() read (this host's)
         if self._route is not None: self._route.close(); self._route = None  # (closed already, unless interrupted)
         self._ipp = self._rc = self._collector = None
+        self._exits.close()
         if self._fin is not None: self._fin.cancel()
         deactivate(self, self.cluster_id)
 
@@ -198,7 +200,7 @@ def outside_message(cluster_id:str, # the cluster's id
 def _controller_gone(self:DDPCluster) -> str|None:
     "The message if the controller of this running cluster is gone, else None (only looks: `Supervisor.outside` acts)"
     rc = self._rc
-    gone = rc is not None and controller_down(self._ipp, rc)
+    gone = rc is not None and controller_down(self._ipp, rc, exits=self._exits)
     return outside_message(self.cluster_id, self.attached) if gone else None
 
 # %% ../nbs/02g_cluster.ipynb #902637b2
@@ -250,7 +252,7 @@ def _bring_up(self:DDPCluster,
     ph = self.start_phases = self.start_phases or Phases()  # (start() began it)
     try:
         connect()
-        self._ranks = RankSet(self._rc, cell_of=self._running_cell)
+        self._ranks = RankSet(self._rc, cell_of=self._running_cell, exits=self._exits)
         self._sup = Supervisor(self._ranks, self.cluster_id, self.timeout, progress=lambda: self._collector,
                                death=self._death, limits=self, gone=self._controller_gone, on_gone=self._forget)
         self._form_group(phases=ph)  # (the dashboard's collector too, every rank connected to it)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import concurrent.futures, logging, os, signal, sys, threading, time
 import psutil
 from .core import engine_count, engines_per_host, mpi_host_args, pick_backend, slurm_script
-from .host import local_cpus, local_gpus, local_ipv4, pid_alive, probe_host, route_source, _ssh_target
+from .host import Exits, local_cpus, local_gpus, local_ipv4, pid_alive, probe_host, route_source, _ssh_target
 from .processes import CONTROLLER_CMD, ENGINE_CMD, cluster_procs, kill_procs, watch_owner
 from .forkserver import (ForkedProcess, few_cores, launchers, standby_seconds, start_fork_server, stop_fork_server,
                                use_fork_server)
@@ -371,11 +371,15 @@ def unregistered(cluster, # the ipyparallel Cluster that started the engines
 def controller_down(cluster, # the ipyparallel Cluster that started the controller; None: attached by file
                     rc, # the connected Client
                     timeout:float=5, # seconds a controller started elsewhere gets to answer
+                    exits:Exits|None=None, # holds the process here by a pidfd once psutil found it running (`host.Exits`)
                    ) -> bool:
     "Whether the controller is gone"
     # (its process here ended, seen at once; or one started elsewhere missed two answers of `timeout` s each)
     p = controller_process(cluster)
     if p is None: return not hub_answers(rc, timeout) and not hub_answers(rc, timeout)  # a busy hub may miss one
-    try: return not p.is_running() or p.status() == psutil.STATUS_ZOMBIE
+    try:
+        # (psutil's first look checks the pid is still the process launched: its start time; the pidfd holds it after)
+        if exits is not None and (p.pid in exits or p.is_running()): return not exits.alive(p.pid)
+        return not p.is_running() or p.status() == psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess: return True
     except psutil.Error: return False  # there, but not ours to look at

@@ -4,11 +4,11 @@
 
 # %% ../nbs/00a_host.ipynb #05309d65
 from __future__ import annotations
-import os, shlex, subprocess
+import os, select, shlex, subprocess, threading
 from .core import visible_gpus
 
 # %% auto #0
-__all__ = ['host_identity', 'route_source', 'pid_alive', 'local_ipv4', 'local_gpus', 'local_cpus', 'probe_host']
+__all__ = ['host_identity', 'route_source', 'pid_alive', 'local_ipv4', 'Exits', 'local_gpus', 'local_cpus', 'probe_host']
 
 # %% ../nbs/00a_host.ipynb #cb8a02dc
 def host_identity() -> str:
@@ -55,6 +55,39 @@ def local_ipv4() -> dict:
     "{interface: [IPv4 addresses]} of this host"
     import psutil, socket
     return {k: [a.address for a in v if a.family == socket.AF_INET] for k, v in psutil.net_if_addrs().items()}
+
+# %% ../nbs/00a_host.ipynb #96233f88
+class Exits:
+    "Whether processes of this host still run, each held by a pidfd from the first look on (a poll, no /proc read)"
+    def __init__(self):
+        self.fds, self.ended, self.lock = {}, set(), threading.Lock()  # pid -> its pidfd; pids seen ended
+        self.pidfds = hasattr(os, 'pidfd_open')  # (False once the kernel refused one: `pid_alive` each time)
+
+    def __contains__(self, pid:int) -> bool:
+        "Whether `pid` was looked at: held by a pidfd, or seen ended"
+        return pid in self.fds or pid in self.ended
+
+    def alive(self, pid:int) -> bool:
+        "Whether process `pid` runs: it exists and has not exited (a zombie has)"
+        if not self.pidfds: return pid_alive(pid)
+        with self.lock:
+            if pid in self.ended: return False
+            fd = self.fds.get(pid)
+            if fd is None:
+                try: fd = self.fds[pid] = os.pidfd_open(pid)
+                except ProcessLookupError: self.ended.add(pid); return False
+                except OSError: self.pidfds = False; return pid_alive(pid)  # (no pidfds here: ENOSYS, a sandbox)
+            p = select.poll(); p.register(fd, select.POLLIN)  # (not select: a descriptor may be past 1023)
+            if not p.poll(0): return True  # (readable once the process has exited)
+            os.close(self.fds.pop(pid)); self.ended.add(pid)
+            return False
+
+    def close(self):
+        "Close every pidfd held (it looks afresh after)"
+        with self.lock:
+            for fd in self.fds.values(): os.close(fd)
+            self.fds.clear(); self.ended.clear()
+
 
 # %% ../nbs/00a_host.ipynb #ccceb237
 def _nvml_count() -> int:

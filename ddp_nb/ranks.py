@@ -7,7 +7,7 @@ from __future__ import annotations
 import copy, os, re, signal, time
 from dataclasses import replace
 from .core import Rank, RankState, call_named, name_ranks, parse_ranks
-from .host import host_identity, pid_alive
+from .host import Exits, host_identity, pid_alive
 from .compat_ipp import engine_uuids, pending_tasks, task_futures
 
 # %% auto #0
@@ -107,8 +107,10 @@ class RankSet:
                  # rank -> the request its cell runs, as its report thread last said (the cluster's collector); True:
                  # a cell runs, which one unknown (or the rank has not been heard from for a while); None: none
                  cell_of=lambda rank: None,
+                 exits:Exits|None=None, # holds this host's ranks by pidfds (`host.Exits`: its owner closes it); None: /proc
                 ):
         self.rc, self.plan, self.me, self.cell_of = rc, list(plan or []), me or host_identity(), cell_of
+        self.alive = pid_alive if exits is None else exits.alive  # (whether a rank's process here runs)
         self.ended = {}  # (engine id, pid) -> why, for every engine ddp_nb ended on purpose (`end`)
 
     def __len__(self): return len(self.plan)
@@ -175,7 +177,7 @@ class RankSet:
     def gone(self) -> list:
         "Ranks whose engine has exited: unregistered, or (on this host) its process gone before the controller noticed"
         engines = engine_uuids(self.rc)  # (not `status`: whether a task is pending is not asked here)
-        return [p.rank for p in self.plan if p.engine_id not in engines or (self.is_local(p.rank) and not pid_alive(p.pid))]
+        return [p.rank for p in self.plan if p.engine_id not in engines or (self.is_local(p.rank) and not self.alive(p.pid))]
 
     def states(self, ar) -> dict:
         "rank -> (`RankState`, error) of an AsyncResult with one task per rank (see `task_state`)"
