@@ -14,7 +14,7 @@ log = logging.getLogger('ddp_nb.route')
 
 # %% auto #0
 __all__ = ['log', 'ROUTE_MAX_BYTES', 'QUIET', 'SENT', 'REPLIES', 'TRANSFORMS_KEPT', 'remember_transforms', 'remember_cell_names',
-           'remember_checks', 'open_route', 'Route', 'RouteSocket']
+           'remember_checks', 'log_only_shown', 'open_route', 'Route', 'RouteSocket']
 
 # %% ../nbs/00i_route.ipynb #4286f954
 ROUTE_MAX_BYTES = 64 << 20  # the largest message a route carries, either way: a larger cell goes through the controller
@@ -83,6 +83,14 @@ def remember_checks(keep:int=TRANSFORMS_KEPT, # cells remembered, the last check
                       lambda meth, names: ((getattr(meth, '__func__', meth), tuple(names)), ''), keep, most, dict)
     return awaits or takes
 
+def log_only_shown(logger:logging.Logger) -> int: # its level now
+    "Make `logger` skip the records none of its handlers would show (it does not pass them on to others)"
+    # (an engine's logger is at DEBUG, its one handler at WARNING: each cell made a record for ipyparallel's
+    # 'Handling execute_request' at INFO, ~0.03 ms, only for the handler to drop it)
+    if not logger.propagate and logger.handlers:
+        logger.setLevel(max(logger.level, min(h.level for h in logger.handlers)))
+    return logger.level
+
 # %% ../nbs/00i_route.ipynb #d1a36101
 _open = {}  # this engine's route once open: port, socket, stream, and its counts (served, dropped)
 
@@ -111,6 +119,7 @@ def open_route() -> int|str|None: # the port; why none opened; None outside an e
     if k is None: return None
     try: remember_transforms(k.shell); remember_cell_names(); remember_checks()  # (every cell it runs, by either way)
     except CompatError as e: log.info("ddp_nb: a cell run again is transformed or named afresh: %s", e)
+    log_only_shown(k.log)
     try: kernel_turn(k)
     except CompatError as e: return str(e)
     if not bytes(k.session.key): return "this cluster's messages are not signed (its session has no key)"
