@@ -6,8 +6,9 @@ gloo: start (until 2 ranks have a formed group and a first all_reduce returned; 
 a warm cell (one all_reduce on every rank), iteration with state (new lr + 10 steps of a small DDP model kept on the
 ranks), replacing a killed rank, a repeated unchanged torchrun script. Every side runs in the same run, in rotating
 rounds (a fresh kernel for each side each round); medians and min-max. Then ddp_nb's warm cell against Monarch's with
-both kernels up at once, in blocks of cells alternated between them (`interleaved`): the machine's drift within a
-run (±25% on 2 cores) falls on both, so their ratio is the one to trust.
+both kernels up at once, in blocks of cells alternated between them (`interleaved`), half of them with ddp_nb's kernel
+started first and half with Monarch's (`both_orders`: the kernel started second measures slower here, whichever it
+is): the machine's drift within a run (±25% on 2 cores) falls on both, so their ratio is the one to trust.
 
 The peers live in their own environment (torch must be the very same version as ddp_nb's): their kernels run on the
 interpreter `BENCH_PEERS_PYTHON` names (default: this one); a peer that does not import there is skipped with one line
@@ -191,8 +192,8 @@ def side_round(name: str, s: dict, py: str, T: dict, cells: int, iters: int, scr
 
 
 def interleaved(a: str, b: str, pys: dict, blocks: int = 16, n: int = 25) -> dict:
-    """Warm cells of sides `a` and `b`, both kernels up at once, in blocks of `n` alternated (`a` first in even
-    blocks): the machine's drift falls on both. {side: [seconds]}, and 'wins': blocks whose median `a` had lower"""
+    """Warm cells of sides `a` and `b`, both kernels up at once (`a`'s started first), in blocks of `n` alternated
+    (`a` first in even blocks): the machine's drift falls on both. {side: [seconds]}, 'meds': {side: [block medians]}"""
     ks, T, med_of = {}, {a: [], b: []}, {a: [], b: []}
     try:
         for name in (a, b):
@@ -208,8 +209,13 @@ def interleaved(a: str, b: str, pys: dict, blocks: int = 16, n: int = 25) -> dic
             try:
                 if SIDES[name].get('stop'): cell(k, SIDES[name]['stop'], timeout=120)
             finally: k.close()
-    T['wins'], T['blocks'] = sum(x < y for x, y in zip(med_of[a], med_of[b])), blocks
+    T['meds'] = med_of
     return T
+
+
+def both_orders(a: str, b: str, pys: dict, blocks: int = 16, n: int = 25) -> list:
+    "`interleaved` twice, `a`'s kernel started first, then `b`'s (a kernel started second ran 5-12% slower here): [T, T]"
+    return [interleaved(a, b, pys, blocks // 2, n), interleaved(b, a, pys, blocks - blocks // 2, n)]
 
 
 def torchrun_round(py: str, T: dict, scripts: int, path: str):
@@ -274,7 +280,7 @@ def run(rounds: int = 5, cells: int = 10, iters: int = 3, scripts: int = 3, peer
                 print(f"round {r + 1}/{rounds} {name}: {time.perf_counter() - t0:.1f} s"
                       + (f" ({notes[name]})" if name in notes else ''), flush=True)
         both = 'ddp_nb' in active and 'Monarch' in active and 'ddp_nb' not in notes and 'Monarch' not in notes
-        pair = interleaved('ddp_nb', 'Monarch', active, *blocks) if both else None   # (`blocks`: how many, cells each)
+        pair = both_orders('ddp_nb', 'Monarch', active, *blocks) if both else None   # (`blocks`: how many, cells each)
     finally:
         shutil.rmtree(d, ignore_errors=True)
         from ddp_nb.forkserver import stop_standbys
@@ -317,13 +323,18 @@ def run(rounds: int = 5, cells: int = 10, iters: int = 3, scripts: int = 3, peer
             + ('\n\n' + '\n'.join(failed) if failed else ''))
 
 
-def _pair_line(T: dict) -> str:
-    "The interleaved warm cells, as a paragraph"
-    n, a, b = len(T['ddp_nb']), med(T['ddp_nb']), med(T['Monarch'])
-    return (f"\n\nWarm cell, interleaved: both kernels up at once (ddp_nb's and Monarch's, as above), {n} cells each in "
+def _pair_line(Ts: list) -> str:
+    "The interleaved warm cells (`both_orders`), as a paragraph"
+    d, m = [x for T in Ts for x in T['ddp_nb']], [x for T in Ts for x in T['Monarch']]
+    wins = sum(x < y for T in Ts for x, y in zip(T['meds']['ddp_nb'], T['meds']['Monarch']))
+    blocks = sum(len(T['meds']['ddp_nb']) for T in Ts)
+    first, second = (med(T['ddp_nb']) / med(T['Monarch']) for T in Ts)
+    return (f"\n\nWarm cell, interleaved: both kernels up at once (ddp_nb's and Monarch's, as above), {len(d)} cells each in "
             f"blocks alternated between them, so that the machine's drift (±25% within minutes on these 2 cores) falls on "
-            f"both: ddp_nb **{a * 1e3:.2f} ms**, Monarch **{b * 1e3:.2f} ms** (**{a / b:.2f}×**; ddp_nb's block median "
-            f"the lower in {T['wins']} of {T['blocks']} blocks).")
+            f"both; half the blocks with ddp_nb's kernel started first, half with Monarch's (the kernel started second "
+            f"measures slower here, whichever it is): ddp_nb **{med(d) * 1e3:.2f} ms**, Monarch **{med(m) * 1e3:.2f} ms** "
+            f"(**{med(d) / med(m):.2f}×**; {first:.2f}× with ddp_nb's kernel started first, {second:.2f}× second; "
+            f"ddp_nb's block median the lower in {wins} of {blocks} blocks).")
 
 
 def main(argv=None):
