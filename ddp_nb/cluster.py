@@ -72,7 +72,7 @@ class DDPCluster:
         self._ipp = self._rc = self._view = self._route = self._fin = self._collector = self._history = self._dash = None
         # _outside: the message once stopped outside this notebook
         self._ranks, self._sup, self._outside = RankSet(None), None, None
-        self._exits = Exits()  # its ranks and controller here, held by pidfds while it runs (closed as it stops)
+        self._exits = Exits()  # its ranks and controller here, looked at by descriptors held while it runs (closed as it stops)
         self.grace = 2.0  # seconds the other ranks get to finish after one fails, before they count as stuck (ended)
         # seconds without progress before the watchdog reports a hang; 'auto' (`supervise.hang_limit`); None: never
         self.hang_after = 'auto'

@@ -371,14 +371,14 @@ def unregistered(cluster, # the ipyparallel Cluster that started the engines
 def controller_down(cluster, # the ipyparallel Cluster that started the controller; None: attached by file
                     rc, # the connected Client
                     timeout:float=5, # seconds a controller started elsewhere gets to answer
-                    exits:Exits|None=None, # holds the process here by a pidfd once psutil found it running (`host.Exits`)
+                    exits:Exits|None=None, # holds the process here once psutil found it running (`host.Exits`)
                    ) -> bool:
     "Whether the controller is gone"
     # (its process here ended, seen at once; or one started elsewhere missed two answers of `timeout` s each)
     p = controller_process(cluster)
     if p is None: return not hub_answers(rc, timeout) and not hub_answers(rc, timeout)  # a busy hub may miss one
     try:
-        # (psutil's first look checks the pid is still the process launched: its start time; the pidfd holds it after)
+        # (psutil's first look checks the pid is still the process launched: its start time; its descriptor holds it after)
         if exits is not None and (p.pid in exits or p.is_running()): return not exits.alive(p.pid)
         return not p.is_running() or p.status() == psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess: return True

@@ -4,7 +4,7 @@
 
 # %% ../nbs/00a_host.ipynb #05309d65
 from __future__ import annotations
-import os, select, shlex, subprocess, threading
+import os, shlex, subprocess, threading
 from .core import visible_gpus
 
 # %% auto #0
@@ -58,35 +58,32 @@ def local_ipv4() -> dict:
 
 # %% ../nbs/00a_host.ipynb #96233f88
 class Exits:
-    "Whether processes of this host still run, each held by a pidfd from the first look on (a poll, no /proc read)"
-    def __init__(self):
-        self.fds, self.ended, self.lock = {}, set(), threading.Lock()  # pid -> its pidfd; pids seen ended
-        self.pidfds = hasattr(os, 'pidfd_open')  # (False once the kernel refused one: `pid_alive` each time)
+    "Whether processes of this host still run, each read by a descriptor of its /proc stat file kept from the first look"
+    def __init__(self): self.fds, self.lock = {}, threading.Lock()  # pid -> the open descriptor of /proc/<pid>/stat
 
     def __contains__(self, pid:int) -> bool:
-        "Whether `pid` was looked at: held by a pidfd, or seen ended"
-        return pid in self.fds or pid in self.ended
+        "Whether `pid` is held: looked at, and running at the last look"
+        return pid in self.fds
 
     def alive(self, pid:int) -> bool:
-        "Whether process `pid` runs: it exists and has not exited (a zombie has)"
-        if not self.pidfds: return pid_alive(pid)
+        "Whether process `pid` runs: it exists and is not a zombie (another user's counts as running)"
         with self.lock:
-            if pid in self.ended: return False
             fd = self.fds.get(pid)
             if fd is None:
-                try: fd = self.fds[pid] = os.pidfd_open(pid)
-                except ProcessLookupError: self.ended.add(pid); return False
-                except OSError: self.pidfds = False; return pid_alive(pid)  # (no pidfds here: ENOSYS, a sandbox)
-            p = select.poll(); p.register(fd, select.POLLIN)  # (not select: a descriptor may be past 1023)
-            if not p.poll(0): return True  # (readable once the process has exited)
-            os.close(self.fds.pop(pid)); self.ended.add(pid)
+                try: fd = self.fds[pid] = os.open(f'/proc/{pid}/stat', os.O_RDONLY | os.O_CLOEXEC)
+                except FileNotFoundError: return False
+                except OSError: return pid_alive(pid)  # (no /proc here: psutil's look)
+            try: state = os.pread(fd, 512, 0).rsplit(b')', 1)[1].split()[0]
+            except (OSError, IndexError): state = b'X'  # (ESRCH: reaped, its pid free for another process)
+            if state not in (b'Z', b'X'): return True
+            os.close(self.fds.pop(pid))  # (a later look opens afresh: as `pid_alive`, the process that has it then)
             return False
 
     def close(self):
-        "Close every pidfd held (it looks afresh after)"
+        "Close every descriptor held (it looks afresh after)"
         with self.lock:
             for fd in self.fds.values(): os.close(fd)
-            self.fds.clear(); self.ended.clear()
+            self.fds.clear()
 
 
 # %% ../nbs/00a_host.ipynb #ccceb237

@@ -107,7 +107,7 @@ class RankSet:
                  # rank -> the request its cell runs, as its report thread last said (the cluster's collector); True:
                  # a cell runs, which one unknown (or the rank has not been heard from for a while); None: none
                  cell_of=lambda rank: None,
-                 exits:Exits|None=None, # holds this host's ranks by pidfds (`host.Exits`: its owner closes it); None: /proc
+                 exits:Exits|None=None, # looks at this host's ranks (`host.Exits`: its owner closes it); None: `pid_alive`
                 ):
         self.rc, self.plan, self.me, self.cell_of = rc, list(plan or []), me or host_identity(), cell_of
         self.alive = pid_alive if exits is None else exits.alive  # (whether a rank's process here runs)
