@@ -4,7 +4,7 @@
 
 # %% ../nbs/00b_compat_ipp.ipynb #49171b13
 from __future__ import annotations
-import collections, concurrent.futures, logging, os, re, sys, threading, time, warnings
+import collections, concurrent.futures, contextlib, logging, os, re, signal, sys, threading, time, warnings
 from importlib.metadata import version, PackageNotFoundError
 
 # what is swallowed goes here, at DEBUG: logging.getLogger('ddp_nb').setLevel('DEBUG') shows it
@@ -20,7 +20,8 @@ __all__ = ['log', 'tested_versions', 'min_versions', 'OUTPUT_MSGS', 'PING_AGAIN_
            'publish_idle', 'out_streams', 'running_request', 'client_loop', 'client_context', 'handle_reply',
            'outputs_complete', 'wrap_view_socket', 'send_at_once', 'supervised_result', 'controller_process',
            'hub_answers', 'abandon_client', 'ask_to_exit', 'engine_exits', 'replace_nanny_start',
-           'engine_without_debugger', 'adopt_process', 'register_hearts_at_once', 'fast_dates']
+           'engine_without_debugger', 'remember_answers', 'remember_checks', 'adopt_process', 'register_hearts_at_once',
+           'fast_dates']
 
 # %% ../nbs/00b_compat_ipp.ipynb #72e936ea
 tested_versions = dict(ipyparallel='9.2', IPython='9.18', ipykernel='7.4')  # major.minor the tests of this module ran against
@@ -400,11 +401,24 @@ def send_at_once(rc, # an ipyparallel Client
     def _send(socket, msg_type, *args, **kwargs):
         if not when(socket, msg_type): return send(socket, msg_type, *args, **kwargs)
         loop = rc._io_loop
-        here.sending, rc._io_loop = True, _AtOnce(getattr(loop, 'io_loop', loop), here)
-        try: return send(socket, msg_type, *args, **kwargs)
-        finally: here.sending, rc._io_loop = False, loop
+        # (the stop button lands once the message has left: a task in the client's books is a task sent)
+        with _sigint_held():
+            here.sending, rc._io_loop = True, _AtOnce(getattr(loop, 'io_loop', loop), here)
+            try: return send(socket, msg_type, *args, **kwargs)
+            finally: here.sending, rc._io_loop = False, loop
     rc._send, rc._ddp_nb_at_once = _send, True
     return True
+
+@contextlib.contextmanager
+def _sigint_held():
+    "In the main thread: a SIGINT that comes within is raised again as it ends, to the handler there was"
+    if threading.current_thread() is not threading.main_thread(): yield; return  # (Python runs handlers in the main thread only)
+    came = []
+    old = signal.signal(signal.SIGINT, lambda *a: came.append(a))
+    try: yield
+    finally:
+        signal.signal(signal.SIGINT, old)
+        if came: signal.raise_signal(signal.SIGINT)
 
 # %% ../nbs/00b_compat_ipp.ipynb #f3a91c41
 _result_classes = {}  # an AsyncResult class -> its supervised subclass
@@ -538,6 +552,40 @@ def engine_without_debugger() -> bool: # False: ipykernel's debugger module was 
         else: sys.modules['debugpy.server'] = had
     if not hasattr(d, '_is_debugpy_available'): raise missing('ipykernel.debugger._is_debugpy_available')
     return True
+
+# %% ../nbs/00b_compat_ipp.ipynb #bc20267d
+def remember_answers(module, name:str, # `module.name`: a function whose answer depends on its arguments alone
+                     key, # called with its arguments: (what the answer depends on, the text it is worked out from)
+                     keep:int, most:int, # as `core.Kept`'s
+                     copy=lambda v: v, # what is handed out of an answer kept (a copy, where the caller could change it)
+                    ) -> bool: # False if it remembers already
+    "Make `module.name`, called by that name, answer from memory what it answered before for the same key"
+    from ddp_nb.core import Kept
+    f = getattr(module, name, None)
+    if getattr(f, 'remembers', False): return False
+    if not callable(f): raise CompatError(f"{module.__name__} has no {name}")
+    kept = Kept(keep, most)
+    def remembered(*args):
+        k, text = key(*args)
+        return copy(kept.get(k, text, lambda: f(*args)))
+    remembered.remembers = True
+    setattr(module, name, remembered)
+    return True
+
+def remember_checks(keep:int=64, # cells remembered, the last checked
+                    most:int=1 << 18, # characters a cell may have to be remembered
+                   ) -> bool: # False if it remembers already
+    "Make IPython and ipykernel answer from memory the checks they make of every cell: whether it awaits at its top level, which arguments the shell's `run_cell` takes"
+    # (`IPython.core.interactiveshell._should_be_async`, a compile of the whole cell, twice a cell, and
+    # `ipykernel.ipkernel._accepts_parameters`, the signature of a method, each called by name: tested with IPython
+    # 9.18 and ipykernel 7.4)
+    from IPython.core import interactiveshell
+    from ipykernel import ipkernel
+    awaits = remember_answers(interactiveshell, '_should_be_async', lambda cell: (cell, cell), keep, most)
+    takes = remember_answers(ipkernel, '_accepts_parameters',
+                             lambda meth, names: ((getattr(meth, '__func__', meth), tuple(names)), ''), keep, most, dict)
+    return awaits or takes
+
 
 # %% ../nbs/00b_compat_ipp.ipynb #71f41600
 def adopt_process(launcher, # an ipyparallel local process launcher that has not started its process

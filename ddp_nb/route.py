@@ -8,13 +8,14 @@ import asyncio, errno, inspect, logging, secrets, sys, threading, time
 import zmq
 from .core import Kept
 from .compat_ipp import (CompatError, client_context, client_loop, engine_kernel, handle_reply,
-                               kernel_turn, out_streams, outputs_complete, pending_tasks, publish_idle, send_at_once)
+                               kernel_turn, out_streams, outputs_complete, pending_tasks, publish_idle,
+                               remember_answers, remember_checks, send_at_once)
 
 log = logging.getLogger('ddp_nb.route')
 
 # %% auto #0
 __all__ = ['log', 'ROUTE_MAX_BYTES', 'QUIET', 'SENT', 'REPLIES', 'TRANSFORMS_KEPT', 'remember_transforms', 'remember_cell_names',
-           'remember_checks', 'log_only_shown', 'open_route', 'Route', 'RouteSocket']
+           'log_only_shown', 'open_route', 'Route', 'RouteSocket']
 
 # %% ../nbs/00i_route.ipynb #4286f954
 ROUTE_MAX_BYTES = 64 << 20  # the largest message a route carries, either way: a larger cell goes through the controller
@@ -44,44 +45,13 @@ def remember_transforms(shell, # an IPython shell (on an engine: its kernel's)
     m.transform_cell = transform_cell
     return True
 
-def _remember(module, name:str, # `module.name`: a function whose answer depends on its arguments alone
-              key, # called with its arguments: (what the answer depends on, the text it is worked out from)
-              keep:int, most:int, # as `Kept`'s
-              copy=lambda v: v, # what is handed out of an answer kept (a copy, where the caller could change it)
-             ) -> bool: # False if it remembers already
-    "Make `module.name`, called by that name, answer from memory what it answered before for the same key"
-    f = getattr(module, name, None)
-    if getattr(f, 'remembers', False): return False
-    if not callable(f): raise CompatError(f"{module.__name__} has no {name}")
-    kept = Kept(keep, most)
-    def remembered(*args):
-        k, text = key(*args)
-        return copy(kept.get(k, text, lambda: f(*args)))
-    remembered.remembers = True
-    setattr(module, name, remembered)
-    return True
-
 def remember_cell_names(keep:int=TRANSFORMS_KEPT, # cells remembered, the last named
                         most:int=1 << 18, # characters a cell may have to be remembered
                        ) -> bool: # False if it remembers already
     "Make ipykernel name the file of a cell it named before from memory (a pure-Python hash of the whole cell)"
     # (`ipykernel.compiler.murmur2_x86`, which `get_file_name` calls by name: tested with ipykernel 7.4)
     from ipykernel import compiler
-    return _remember(compiler, 'murmur2_x86', lambda data, seed: ((data, seed), data), keep, most)
-
-def remember_checks(keep:int=TRANSFORMS_KEPT, # cells remembered, the last checked
-                    most:int=1 << 18, # characters a cell may have to be remembered
-                   ) -> bool: # False if it remembers already
-    "Make IPython and ipykernel answer from memory the checks they make of every cell: whether it awaits at its top level, which arguments the shell's `run_cell` takes"
-    # (`IPython.core.interactiveshell._should_be_async`, a compile of the whole cell, twice a cell, and
-    # `ipykernel.ipkernel._accepts_parameters`, the signature of a method, each called by name: tested with IPython
-    # 9.18 and ipykernel 7.4)
-    from IPython.core import interactiveshell
-    from ipykernel import ipkernel
-    awaits = _remember(interactiveshell, '_should_be_async', lambda cell: (cell, cell), keep, most)
-    takes = _remember(ipkernel, '_accepts_parameters',
-                      lambda meth, names: ((getattr(meth, '__func__', meth), tuple(names)), ''), keep, most, dict)
-    return awaits or takes
+    return remember_answers(compiler, 'murmur2_x86', lambda data, seed: ((data, seed), data), keep, most)
 
 def log_only_shown(logger:logging.Logger) -> int: # its level now
     "Make `logger` skip the records none of its handlers would show (it does not pass them on to others)"
@@ -90,6 +60,7 @@ def log_only_shown(logger:logging.Logger) -> int: # its level now
     if not logger.propagate and logger.handlers:
         logger.setLevel(max(logger.level, min(h.level for h in logger.handlers)))
     return logger.level
+
 
 # %% ../nbs/00i_route.ipynb #d1a36101
 _open = {}  # this engine's route once open: port, socket, stream, and its counts (served, dropped)
