@@ -193,16 +193,21 @@ class Route:
         if not done.wait(timeout): raise TimeoutError(f"The client's IO thread did not answer within {timeout:g}s.")
         if err: raise err[0]
 
-    def _open(self):
-        from zmq.eventloop.zmqstream import ZMQStream
-        s = self.sock = client_context(self.rc).socket(zmq.ROUTER)
-        s.setsockopt(zmq.ROUTER_MANDATORY, 1)  # an engine not connected: an error, and the controller's way instead
+    def _socket(self, prefix:bytes): # `SENT` or `REPLIES`: its routing id, with the route's token
+        "A new socket of the route (not connected yet)"
+        s = client_context(self.rc).socket(zmq.ROUTER)
+        s.setsockopt(zmq.ROUTER_MANDATORY, 1)  # an engine not connected: an error, and another way instead
         s.setsockopt(zmq.RECONNECT_IVL, -1)  # an engine gone stays gone (its port may be another process's next)
         s.setsockopt(zmq.MAXMSGSIZE, ROUTE_MAX_BYTES)
         s.setsockopt(zmq.SNDHWM, 0)  # (as ipyparallel's own: never drop a task)
         s.setsockopt(zmq.LINGER, 0)
-        s.setsockopt(zmq.IDENTITY, REPLIES + self.token)  # (every reply comes here: `_answer_to`)
-        self.stream = ZMQStream(s, client_loop(self.rc))
+        s.setsockopt(zmq.IDENTITY, prefix + self.token)  # (the engines answer REPLIES + the token: `_answer_to`)
+        return s
+
+    def _open(self):
+        from zmq.eventloop.zmqstream import ZMQStream
+        self.sock = self._socket(REPLIES)
+        self.stream = ZMQStream(self.sock, client_loop(self.rc))
         self.stream.on_recv(self._reply, copy=False)
 
     def _reply(self, frames):
@@ -230,12 +235,7 @@ def use(self:Route, ports:dict, # engine uuid -> the port of its route (engines 
     mon = []
     def switch():
         if new: mon.append(self.sock.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED))
-        for u, p in self.ports.items():
-            if ports.get(u) != p:
-                try: self.sock.disconnect(f'tcp://127.0.0.1:{p}')
-                except zmq.ZMQError as e:  # (its engine gone: zmq dropped the connection already, never to reconnect)
-                    if e.errno != errno.ENOENT: raise
-        for u, p in new.items(): self.sock.connect(f'tcp://127.0.0.1:{p}')
+        _connect(self.sock, self.ports, ports)
         self.ports = dict(ports)
     self._on_io(switch, 10)
     if not mon: return
@@ -247,6 +247,17 @@ def use(self:Route, ports:dict, # engine uuid -> the port of its route (engines 
     finally:
         self._on_io(self.sock.disable_monitor, 10)
         mon[0].close(linger=0)
+
+def _connect(sock, had:dict, want:dict, # engine uuid -> port: what `sock` is connected to, and what it is to be
+            ):
+    "Connect `sock` to the ports of `want` it was not connected to, and disconnect it from the others"
+    for u, p in had.items():
+        if want.get(u) != p:
+            try: sock.disconnect(f'tcp://127.0.0.1:{p}')
+            except zmq.ZMQError as e:  # (its engine gone: zmq dropped the connection already, never to reconnect)
+                if e.errno != errno.ENOENT: raise
+    for u, p in want.items():
+        if had.get(u) != p: sock.connect(f'tcp://127.0.0.1:{p}')
 
 @patch
 def takes(self:Route, parts:list, # a serialized message to one engine: its uuid, then Jupyter's frames
@@ -268,20 +279,9 @@ def send_now(self:Route, parts:list, # a serialized message to one engine: its u
     if threading.get_ident() != self.owner or not self.takes(parts): return False
     with self.lock:
         if self.sock is None: return False  # (closed meanwhile)
-        s, want = self.sent_by, self.ports
-        if s is None:
-            s = self.sent_by = client_context(self.rc).socket(zmq.ROUTER)
-            for o, v in ((zmq.ROUTER_MANDATORY, 1), (zmq.RECONNECT_IVL, -1), (zmq.MAXMSGSIZE, ROUTE_MAX_BYTES),
-                         (zmq.SNDHWM, 0), (zmq.LINGER, 0), (zmq.IDENTITY, SENT + self.token)): s.setsockopt(o, v)
-        if self.sent_to is not want:
-            for u, p in self.sent_to.items():
-                if want.get(u) != p:
-                    try: s.disconnect(f'tcp://127.0.0.1:{p}')
-                    except zmq.ZMQError as e:
-                        if e.errno != errno.ENOENT: raise
-            for u, p in want.items():
-                if self.sent_to.get(u) != p: s.connect(f'tcp://127.0.0.1:{p}')
-            self.sent_to = want
+        s = self.sent_by = self.sent_by or self._socket(SENT)
+        want = self.ports
+        if self.sent_to is not want: _connect(s, self.sent_to, want); self.sent_to = want
         try: s.send_multipart(parts, copy=copy)
         except zmq.ZMQError as e:
             if e.errno != zmq.EHOSTUNREACH: raise  # (not connected yet, or any more)
