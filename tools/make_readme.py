@@ -53,7 +53,7 @@ def peers(path=ROOT/'benchmarks'/'results.md') -> str:
     out += ['| ' + ' | '.join([r[0]] + [_short(c) for c in r[1:]]) + ' |' for r in rows[2:]]
     m = re.search(r"ddp_nb \*\*([\d.]+ ms)\*\*, Monarch \*\*([\d.]+ ms)\*\* \(\*\*([\d.]+×)\*\*", sec)
     pair = (f" A warm cell with ddp_nb's and Monarch's kernels up at once, blocks of cells alternated so that the "
-            f"machine's drift falls on both, half of them with each kernel started first: {m[1]} vs {m[2]} ({m[3]}).") if m else ''
+            f"machine's drift falls on both: {m[1]} vs {m[2]} ({m[3]}).") if m else ''
     return '\n'.join(out + ['', f"Medians, 2 CPU ranks on gloo, from [{title.split(':')[0]}](benchmarks/results.md#{anchor(title)}) "
                              "(spread, counts, versions and how each is measured there)." + pair +
                              " Replace runs from the kill until a warm cell is served again, the heal included (DDP wrapped "
