@@ -14,8 +14,8 @@ from .compat_ipp import (CompatError, client_context, client_loop, engine_kernel
 log = logging.getLogger('ddp_nb.route')
 
 # %% auto #0
-__all__ = ['log', 'ROUTE_MAX_BYTES', 'QUIET', 'TRANSFORMS_KEPT', 'remember_transforms', 'remember_cell_names', 'log_only_shown',
-           'open_route', 'Route', 'RouteSocket']
+__all__ = ['log', 'ROUTE_MAX_BYTES', 'QUIET', 'TRANSFORMS_KEPT', 'REPLY_TEXT_MOST', 'remember_transforms', 'remember_cell_names',
+           'log_only_shown', 'open_route', 'fit_reply', 'Route', 'RouteSocket']
 
 # %% ../nbs/00i_route.ipynb #4286f954
 ROUTE_MAX_BYTES = 64 << 20  # the largest message a route carries, either way: a larger cell goes through the controller
@@ -151,11 +151,45 @@ async def _run(k, sock, idents, msg, pub):
     reply = await k.do_execute(c['code'], silent, c.get('store_history', not silent), c.get('user_expressions', {}),
                                False)
     pub.flush()
-    reply = json_clean(reply)
+    reply = fit_reply(json_clean(reply))
     md = k.finish_metadata(msg, md, reply)
     md[QUIET] = not pub.sent
     if pub.sent: publish_idle(k)  # (after its outputs: the notebook waits for it)
     k.session.send(sock, 'execute_reply', reply, msg, metadata=md, ident=idents)
+
+# %% ../nbs/00i_route.ipynb #75135897
+REPLY_TEXT_MOST = ROUTE_MAX_BYTES // 8  # characters of error text a reply by the route carries (JSON in UTF-8: ≤ 6 bytes each)
+
+def _middle(text:str, most:int) -> str:
+    "`text`, its middle cut out to keep `most` characters, the cut said in place"
+    if len(text) <= most: return text
+    return (f"{text[:most // 2]}\n[… {len(text) - most:,} characters cut: a reply by the cell route must fit it …]\n"
+            f"{text[len(text) - most // 2:]}")
+
+def _ends(lines:list, most:int) -> list:
+    "`lines` to `most` characters in all: each cut in its middle, then the middle lines left out, said in place"
+    lines = [_middle(l, most // 2) for l in lines]
+    if sum(map(len, lines)) <= most: return lines
+    head, n = [], 0
+    for l in lines:
+        if n + len(l) > most // 2: break
+        head.append(l); n += len(l)
+    tail, n = [], 0
+    for l in reversed(lines[len(head):]):
+        if n + len(l) > most // 2: break
+        tail.insert(0, l); n += len(l)
+    return head + [f"[… {len(lines) - len(head) - len(tail):,} lines cut: a reply by the cell route must fit it …]"] + tail
+
+def fit_reply(reply:dict, # an execute reply's content
+              most:int=REPLY_TEXT_MOST, # characters its error text (its value and traceback) may have in all
+             ) -> dict:
+    "`reply`, its error text cut in the middle to fit the route (a larger message would be lost, and the cell wait)"
+    # (the notebook's socket ends a connection that brings a message over ROUTE_MAX_BYTES, and the reply with it)
+    if reply.get('status') != 'error': return reply
+    ev, tb = reply.get('evalue'), reply.get('traceback')
+    if not (isinstance(ev, str) and isinstance(tb, list) and all(isinstance(l, str) for l in tb)): return reply
+    if len(ev) + sum(map(len, tb)) <= most: return reply
+    return {**reply, 'evalue': _middle(ev, most // 4), 'traceback': _ends(tb, most // 2)}
 
 # %% ../nbs/00i_route.ipynb #9c85ab73
 class Route:

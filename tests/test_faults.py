@@ -383,6 +383,17 @@ def test_plain_error_on_one_rank_gives_no_check_advice(k):
     assert 'rank 0: finished the cell' in out, out
 
 
+def test_an_error_larger_than_the_cell_route_carries_is_shown_cut(k):
+    "A rank raising an error of 70 MB (over the route's 64 MiB a message): the cell fails at once, its text cut in the middle, said; the next cell runs"
+    took, out, err, _ = k.run("%%px\nif rank == 1: raise ValueError('<' + 'x' * (70 << 20) + '>')\nx = 1", timeout=60)
+    assert err and err.startswith('RankFailure') and 'rank 1 (host' in out and 'ValueError: <xxx' in out, out[:2000]
+    assert 'characters cut: a reply by the cell route must fit it' in out and 'xxx>' in out, out[-2000:]
+    assert len(out) < 20 << 20 and 'rank 0: finished the cell' in out, out[-2000:]
+    MEASURED['error of 70 MB on a rank: the cell fails in (s)'] = round(took, 2)
+    _, out, err, _ = k.run("%%px\nprint(rank)")
+    assert err is None and '[rank 1] 1' in out, out
+
+
 def test_restart_success_is_plain_output_and_names_new_ranks(k):
     took, out, err, _ = k.run("cl.restart([0])")   # healed from rank 1 (`ddp_nb.heal`)
     assert err is None, out
