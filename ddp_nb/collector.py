@@ -34,6 +34,7 @@ class RankReport:
         self.replaced, self.fresh = None, False
         self.received, self.every = 0, 0.1  # points received from this engine; seconds between its batches
         self.cell = None  # the request its cell runs (an id), True (a cell, its id unknown), or False/None
+        self.ran = None  # the request whose cell started last there (an id), or None
         # samples reported in the run, and at how many steps: samples/s from their mean, not the last batch's
         self.samples = [0., 0]
 
@@ -185,6 +186,7 @@ def _fold(self:Collector, msg:dict, now:float|None=None):
     rs.pid, rs.host, rs.seen, rs.busy = msg['pid'], msg['host'], now or time.time(), msg['busy']
     # inside a cooperative stop region: how long a stop would take
     rs.stop_eta, rs.every, rs.cell = msg.get('stop_eta'), msg.get('every', 0.1), msg.get('cell')
+    rs.ran = msg.get('ran')
     load, flags = msg.get('load'), msg.get('flags')
     if load is not None: rs.load = load
     rs.error = msg.get('error')

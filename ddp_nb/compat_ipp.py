@@ -18,9 +18,10 @@ __all__ = ['log', 'tested_versions', 'min_versions', 'OUTPUT_MSGS', 'PING_AGAIN_
            'launcher_output', 'stop_sync_thread', 'engine_state_file', 'forget_magics', 'engine_registration_url',
            'on_uncaught_error', 'plain_tracebacks', 'session_key', 'bind_engine_kernel', 'engine_kernel', 'kernel_turn',
            'publish_idle', 'out_streams', 'running_request', 'client_loop', 'client_context', 'handle_reply',
-           'outputs_complete', 'wrap_view_socket', 'supervised_result', 'controller_process', 'hub_answers',
-           'abandon_client', 'ask_to_exit', 'engine_exits', 'replace_nanny_start', 'engine_without_debugger',
-           'remember_answers', 'remember_checks', 'adopt_process', 'register_hearts_at_once', 'fast_dates']
+           'outputs_complete', 'awaits_reply', 'fail_task', 'wrap_view_socket', 'supervised_result',
+           'controller_process', 'hub_answers', 'abandon_client', 'ask_to_exit', 'engine_exits', 'replace_nanny_start',
+           'engine_without_debugger', 'remember_answers', 'remember_checks', 'adopt_process', 'register_hearts_at_once',
+           'fast_dates']
 
 # %% ../nbs/00b_compat_ipp.ipynb #72e936ea
 tested_versions = dict(ipyparallel='9.2', IPython='9.18', ipykernel='7.4')  # major.minor the tests of this module ran against
@@ -368,6 +369,29 @@ def outputs_complete(rc, # an ipyparallel Client
     try: f = rc._output_futures.get(msg_id)
     except AttributeError: raise missing('Client._output_futures') from None
     if f is not None and not f.done(): f.set_result(None)
+
+def awaits_reply(rc, # an ipyparallel Client
+                 msg_id:str, # a task's id
+                ) -> bool:
+    "Whether the client waits for a reply to `msg_id` (it has sent the task; no reply, nor the end `fail_task` makes)"
+    # (`Client._futures`, filled before the task is sent, emptied as it ends: tested with ipyparallel 9.2)
+    try: return msg_id in rc._futures
+    except AttributeError: raise missing('Client._futures') from None
+
+def fail_task(rc, # an ipyparallel Client
+              fut, # one engine's part of an execute request (`task_futures`), not answered yet
+              uuid:str, # its engine's uuid
+              ename:str, # the error's name, as an engine's own would read
+              evalue:str, # what it says
+             ):
+    "End `fut` with an error made here, as the client ends the tasks of an engine that died (on its IO thread)"
+    # (a reply as `Client._handle_stranded_msgs` makes one, through `handle_reply`: tested with ipyparallel 9.2)
+    if getattr(fut, 'header', {}).get('msg_type') != 'execute_request': raise ValueError("not an execute request's part")
+    msg = rc.session.msg('execute_reply', content=dict(status='error', ename=ename, evalue=evalue,
+                                                       traceback=[f"{ename}: {evalue}"]))
+    msg['parent_header'], msg['metadata'] = {'msg_id': fut.msg_id}, {'engine': uuid}
+    handle_reply(rc, msg)
+    outputs_complete(rc, fut.msg_id)
 
 def wrap_view_socket(view, # an ipyparallel DirectView
                      wrap, # called with the socket the view sends its tasks through; returns the one it sends through now

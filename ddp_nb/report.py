@@ -248,6 +248,7 @@ HEAD = dict(
     host=(True, lambda v, n: type(v) is str and len(v) <= 256 and v.isprintable()), t=(False, lambda v, n: _num(v)),
     every=(False, lambda v, n: _num(v, 1e-3) and v <= 3600), busy=(True, lambda v, n: type(v) is bool),
     cell=(False, lambda v, n: type(v) is bool or type(v) is str and 0 < len(v) <= 128 and v.isprintable()),
+    ran=(False, lambda v, n: v is None or type(v) is str and 0 < len(v) <= 128 and v.isprintable()),
     dropped=(False, lambda v, n: type(v) is int and 0 <= v < 2**63),
     flags=(False, lambda v, n: type(v) is list and len(v) <= MAX_FLAGS and all(map(_flag, v))),
     error=(False, lambda v, n: v is None or type(v) is list and len(v) == 2 and _num(v[0]) and _text(v[1])),
@@ -308,6 +309,7 @@ class Reporter:
         # a cell (%%px, view.execute) is running on this engine: the run's active time counts. Its request's id
         # where known (the notebook learns by it that the cell started: `RankSet.queued`), else True
         self.in_cell = False
+        self.ran = None  # the id of the request whose cell started last here (the notebook knows it ran: `Supervisor._lost`)
         self.last_cell = 0.  # when the last cell ended
         # (stop the thread; send now, as a cell ends; what was asked for is sent)
         self._stop, self._now, self._sent = threading.Event(), threading.Event(), threading.Event()
@@ -378,7 +380,7 @@ def _batch(self:Reporter) -> tuple:
     now = time.time()
     head = dict(rank=self.rank, pid=self.pid, host=self.host, t=now, every=self.interval, flags=flags[-MAX_FLAGS:],
                 sid=self.sid, seq=self.seq,
-                busy=now - self.last_report < 2.0, cell=self.in_cell, dropped=self.dropped, error=self.error,
+                busy=now - self.last_report < 2.0, cell=self.in_cell, ran=self.ran, dropped=self.dropped, error=self.error,
                 stop_eta=ctx.stop_eta())
     if now - self.last_load >= self.load_interval:
         head['load'], self.last_load = self.load(), now
@@ -435,7 +437,8 @@ def _cell_started(*args):
     "IPython pre_execute: a cell starts on this engine; its errors so far are forgotten"
     r = ctx.reporter
     if r is not None:
-        r.error, r.in_cell = None, running_request(engine_kernel()) or True
+        r.ran = running_request(engine_kernel())
+        r.error, r.in_cell = None, r.ran or True
         if r._idle: r._wake()  # (the notebook hears at once that a cell runs: its active time counts from here)
 
 def _cell_ended(*args):

@@ -8,7 +8,7 @@ import asyncio, errno, inspect, logging, sys, threading, time
 import zmq
 from .core import Kept
 from .compat_ipp import (CompatError, client_context, client_loop, engine_kernel, handle_reply,
-                               kernel_turn, out_streams, outputs_complete, pending_tasks, publish_idle,
+                               kernel_turn, out_streams, outputs_complete, pending_tasks, publish_idle, awaits_reply,
                                remember_answers, remember_checks)
 
 log = logging.getLogger('ddp_nb.route')
@@ -235,6 +235,8 @@ class Route:
         except Exception as e:
             self.dropped += 1
             return _say_dropped(self.dropped, 'replies signed by this cluster are read', e)
+        if not awaits_reply(rc, msg['parent_header'].get('msg_id')):  # (its task ended already: lost, `Supervisor._lost`)
+            return log.debug("ddp_nb: a late reply by the cell route was dropped: %s", msg['parent_header'].get('msg_id'))
         handle_reply(rc, msg)
         if msg['metadata'].get(QUIET): outputs_complete(rc, msg['parent_header']['msg_id'])
 

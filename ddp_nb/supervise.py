@@ -10,17 +10,18 @@ import psutil
 from fastcore.basics import patch
 from .core import Kept, RankState, agree, name_ranks, rank_ranges, stack_file
 from .processes import rank_dir
-from .compat_ipp import fast_dates, supervised_result, supervised_view, task_name
+from .compat_ipp import (client_loop, engine_uuids, fail_task, fast_dates, supervised_result, supervised_view,
+                              task_futures, task_name)
 from .collectives import collectives_moved, desync_report, read_records
 from . import rank
 from .ranks import RankSet, clean_traceback
 
 # %% auto #0
-__all__ = ['FEW', 'QUICK', 'proc_status', 'where', 'stack_frames', 'group_stacks', 'group_header', 'grouped_stacks', 'call_at',
-           'cell_file_name', 'rank_activity', 'hang_verdict', 'show_stacks', 'RankFailure', 'Interrupted',
-           'ClusterGone', 'cell_label', 'cell_place', 'wait_for', 'Watch', 'Limits', 'Supervisor', 'hang_limit',
-           'desync_states', 'stopped_ranks', 'report_interval', 'stalled', 'issued_counts', 'rank_lines', 'stop_line',
-           'interrupted_line']
+__all__ = ['FEW', 'QUICK', 'LOST_AFTER', 'LOST_NAME', 'proc_status', 'where', 'stack_frames', 'group_stacks', 'group_header',
+           'grouped_stacks', 'call_at', 'cell_file_name', 'rank_activity', 'hang_verdict', 'show_stacks', 'RankFailure',
+           'Interrupted', 'ClusterGone', 'cell_label', 'cell_place', 'wait_for', 'Watch', 'Limits', 'Supervisor',
+           'hang_limit', 'desync_states', 'stopped_ranks', 'report_interval', 'stalled', 'idle_for', 'issued_counts',
+           'rank_lines', 'stop_line', 'interrupted_line']
 
 # %% ../nbs/02c_supervise.ipynb #dd12faf1
 def _short_stack(text:str, # faulthandler output for one process
@@ -323,6 +324,7 @@ class Watch:
         self.t_fail = self.t_stop = self.t_done = self.failure = self.gone = self.interrupted = None
         self.hung = self.claimed = self.done = False
         self.quiet = 0.0   # seconds without progress at the last look (`Supervisor._hanging`)
+        self.idle, self.t_idle = {}, 0.  # rank -> (its last request, idle since); the last look (`Supervisor._lost`)
         self.lock = threading.Lock()
 
 class Limits:
@@ -416,6 +418,7 @@ class Supervisor:
             if s in (RankState.ERROR, RankState.DEAD, RankState.LOST) and r not in w.first: w.first.append(r)
         running = [r for r, (s, _) in states.items() if s == RankState.RUNNING]
         if done or not running: return True
+        if not w.first and self._lost(w, running): return False  # (their errors come next: the next look sees them)
         if w.first:
             w.t_fail = w.t_fail or now
             if now - w.t_fail > self.limits.grace:
@@ -437,9 +440,11 @@ class Supervisor:
                     while (any(rs.states(ar).get(r, (None,))[0] == RankState.RUNNING for r in stuck)
                            and time.monotonic() < deadline):
                         wait_for(ar, 0.05)
-        elif self.limits.hang_after is not None and not w.hung and self._hanging(w, running, states):
+        # (a rank that runs nothing is not stuck: its part is lost, `_lost`)
+        elif (self.limits.hang_after is not None and not w.hung
+              and (busy := [r for r in running if r not in w.idle]) and self._hanging(w, busy, states)):
             w.hung = True
-            self.hang_report(running, w.quiet,
+            self.hang_report(busy, w.quiet,
                              finished=[r for r, (s, _) in states.items() if s in (RankState.OK, RankState.STOPPED)])
         return False
 
@@ -599,6 +604,50 @@ def hang_report(self:Supervisor, running:list, waited:float, finished:list=()):
     print("Ways out: the stop button or cl.interrupt() (ranks stuck in a collective are ended), cl.restart() to "
           "replace stuck ranks, or wait if this is a slow step (set cl.hang_after to more seconds).", file=sys.stderr)
 
+# %% ../nbs/02c_supervise.ipynb #ea7dc603
+LOST_AFTER = 10.0  # seconds a rank says it is idle, its part of a cell unanswered, before that part is lost
+LOST_NAME = 'TaskLost'  # the error a lost part ends with (`failure` words it)
+
+def idle_for(idle:dict, # rank -> (the request started last there, since when idle), from the looks before: updated
+             rank:int, # the rank looked at
+             ran, # the request started last there if it is idle now (None: none yet); `False`: not idle now
+             now:float, # `time.monotonic()`
+            ) -> float: # seconds it has been idle with the same request the last to start (0: not idle)
+    "How long `rank` has been idle, as the looks at its reports saw it"
+    if ran is False: idle.pop(rank, None); return 0.
+    if idle.get(rank, (object(),))[0] != ran: idle[rank] = (ran, now)
+    return now - idle[rank][1]
+
+@patch
+def _lost(self:Supervisor, w:Watch, running:list, # the ranks whose part has not answered
+          every:float=0.5, # seconds between looks
+         ) -> list: # the ranks whose part is ended now (their errors come by the client's IO thread)
+    "End the parts of `w`'s cell the ranks idle `LOST_AFTER` s will never answer"
+    now = time.monotonic()
+    if now - w.t0 < 1.0 or now - w.t_idle < every: return []
+    w.t_idle, col, rs = now, self.progress(), w.rs or self.rs
+    if col is None: return []
+    futs, lost = dict(task_futures(w.ar)), {}
+    for r in running:
+        f = futs.get(rs.plan[r].engine_id)
+        ran = False
+        if f is not None and f.header.get('msg_type') == 'execute_request' and rs.outstanding(r) == [f.msg_id]:
+            with col.lock:  # (its thread changes the reports)
+                rep = col.ranks.get(r)
+                if rep is not None and rep.pid == rs.plan[r].pid and not rep.cell and not rep.silent(time.time()):
+                    ran = rep.ran
+        if idle_for(w.idle, r, ran, now) >= LOST_AFTER: lost[r] = (f, ran == f.msg_id)
+    loop = client_loop(rs.rc)
+    if not lost or loop is None: return []
+    uuids = engine_uuids(rs.rc)
+    for r, (f, ran) in lost.items():
+        why = (f"ran the cell, but its answer never reached this notebook (idle {LOST_AFTER:g}s since): its state has "
+               "what the cell did; outputs may be missing here." if ran else
+               f"never started the cell: idle {LOST_AFTER:g}s since it was sent, nothing before it (its request was lost "
+               "on its way); its state is as before the cell.")
+        loop.add_callback(fail_task, rs.rc, f, uuids.get(rs.plan[r].engine_id), LOST_NAME, why)
+    return list(lost)
+
 # %% ../nbs/02c_supervise.ipynb #0b0c064b
 def issued_counts(rs:RankSet, ranks:list|None=None, # ranks to ask; None: all
                   timeout:float=3, # seconds for the answers
@@ -652,6 +701,7 @@ def failure(self:Supervisor, states:dict, first:list, ended:list, cell:str='the 
                  f"{rs.plan[origin].describe()} " if whole else f"{rs.plan[origin].describe()} ")
                 + f"{self.death(origin, rs.plan[origin].pid)} while running the cell.")
         detail = ''
+    elif getattr(err, 'ename', None) == LOST_NAME: head, detail = f"{rs.plan[origin].describe()} {err.evalue}", ''
     else:
         head = f"{rs.plan[origin].describe()} raised {_one_line(err)}"
         detail = f"--- traceback of rank {origin}, where it started:\n{_traceback(err, cell)}"
@@ -665,6 +715,7 @@ def failure(self:Supervisor, states:dict, first:list, ended:list, cell:str='the 
         elif r in why: others.append((r, f": {why[r]}: its state is lost."))
         elif s == RankState.DEAD: others.append((r, f" (host {rs.plan[r].host}): {self.death(r, rs.plan[r].pid)}."))
         elif s == RankState.LOST: others.append((r, f" (host {rs.plan[r].host}): stopped answering too."))
+        elif s == RankState.ERROR and getattr(e, 'ename', None) == LOST_NAME: others.append((r, f": {e.evalue}"))
         elif s == RankState.ERROR and r in first and _one_line(e) == _one_line(err):
             others.append((r, ": raised the same error."))
         elif s == RankState.ERROR: others.append((r, f": then failed too: {_one_line(e)}"))

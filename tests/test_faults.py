@@ -394,6 +394,35 @@ def test_an_error_larger_than_the_cell_route_carries_is_shown_cut(k):
     assert err is None and '[rank 1] 1' in out, out
 
 
+LOST = r"rank 1 \(host [^,]+, pid \d+\) {}"
+
+
+def test_a_cell_whose_request_or_answer_is_lost_ends_naming_which(k):
+    "Rank 1 drops one cell's request on the route, then one cell's answer: each cell ends ~10 s on, saying which was lost and what rank 1's state has; the next cell runs"
+    _, out, err, _ = k.run("%%px\nimport ddp_nb.route as _route\n"
+                           "class _Nowhere:\n    def send_multipart(self, *a, **kw): pass\n"
+                           "def _drop_request(*a): _route._received = _receive\n"
+                           "async def _lose_answer(k, sock, *a): _route._run = _run; await _run(k, _Nowhere(), *a)\n"
+                           "_receive, _run = _route._received, _route._run")
+    assert err is None, out
+    k.run("%%px\nif rank == 1: _route._received = _drop_request")
+    took, out, err, _ = k.run("%%px\nx = rank + 5", timeout=60)
+    MEASURED['request lost on the way to a rank: the cell ends in (s)'] = round(took, 1)
+    assert err and err.startswith('RankFailure') and 10 <= took < 20, (took, out)
+    assert re.search(LOST.format(r'never started the cell: idle 10s since it was sent'), out), out
+    assert 'its state is as before the cell' in out and 'rank 0: finished the cell' in out and '[ddp_nb watchdog]' not in out, out
+    _, out, err, _ = k.run("%%px\nprint(x)")
+    assert err and "NameError: name 'x'" in out and 'rank 1 (host' in out, out  # (rank 1 never ran it)
+    k.run("%%px\nif rank == 1: _route._run = _lose_answer")
+    took, out, err, _ = k.run("%%px\ny = rank + 5", timeout=60)
+    MEASURED['answer lost on the way from a rank: the cell ends in (s)'] = round(took, 1)
+    assert err and err.startswith('RankFailure') and 10 <= took < 20, (took, out)
+    assert re.search(LOST.format(r'ran the cell, but its answer never reached this notebook'), out), out
+    assert 'its state has what the cell did' in out and '[ddp_nb watchdog]' not in out, out
+    _, out, err, _ = k.run("%%px\nprint(y)")
+    assert err is None and '[rank 0] 5' in out and '[rank 1] 6' in out, out
+
+
 def test_restart_success_is_plain_output_and_names_new_ranks(k):
     took, out, err, _ = k.run("cl.restart([0])")   # healed from rank 1 (`ddp_nb.heal`)
     assert err is None, out
