@@ -7,8 +7,8 @@ a warm cell (one all_reduce on every rank), iteration with state (new lr + 10 st
 ranks), replacing a killed rank, a repeated unchanged torchrun script. Every side runs in the same run, in rotating
 rounds (a fresh kernel for each side each round); medians and min-max. Then ddp_nb's warm cell against Monarch's with
 both kernels up at once, in blocks of cells alternated between them (`interleaved`), half of them with ddp_nb's kernel
-started first and half with Monarch's (`both_orders`: the kernel started second measures slower here, whichever it
-is): the machine's drift within a run (±25% on 2 cores) falls on both, so their ratio is the one to trust.
+started first and half with Monarch's (`both_orders`: which kernel was started first moves the ratio by 5–10% here,
+one way or the other from run to run): the machine's drift within a run (±25% on 2 cores) falls on both, so their ratio is the one to trust.
 
 The peers live in their own environment (torch must be the very same version as ddp_nb's): their kernels run on the
 interpreter `BENCH_PEERS_PYTHON` names (default: this one); a peer that does not import there is skipped with one line
@@ -331,8 +331,8 @@ def _pair_line(Ts: list) -> str:
     first, second = (med(T['ddp_nb']) / med(T['Monarch']) for T in Ts)
     return (f"\n\nWarm cell, interleaved: both kernels up at once (ddp_nb's and Monarch's, as above), {len(d)} cells each in "
             f"blocks alternated between them, so that the machine's drift (±25% within minutes on these 2 cores) falls on "
-            f"both; half the blocks with ddp_nb's kernel started first, half with Monarch's (the kernel started second "
-            f"measures slower here, whichever it is): ddp_nb **{med(d) * 1e3:.2f} ms**, Monarch **{med(m) * 1e3:.2f} ms** "
+            f"both; half the blocks with ddp_nb's kernel started first, half with Monarch's (which kernel was started "
+            f"first moves the ratio by 5–10% here): ddp_nb **{med(d) * 1e3:.2f} ms**, Monarch **{med(m) * 1e3:.2f} ms** "
             f"(**{med(d) / med(m):.2f}×**; {first:.2f}× with ddp_nb's kernel started first, {second:.2f}× second; "
             f"ddp_nb's block median the lower in {wins} of {blocks} blocks).")
 
