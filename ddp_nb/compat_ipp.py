@@ -387,6 +387,7 @@ def fail_task(rc, # an ipyparallel Client
     "End `fut` with an error made here, as the client ends the tasks of an engine that died (on its IO thread)"
     # (a reply as `Client._handle_stranded_msgs` makes one, through `handle_reply`: tested with ipyparallel 9.2)
     if getattr(fut, 'header', {}).get('msg_type') != 'execute_request': raise ValueError("not an execute request's part")
+    if fut.done(): return  # (answered meanwhile, or ended already: asked twice)
     msg = rc.session.msg('execute_reply', content=dict(status='error', ename=ename, evalue=evalue,
                                                        traceback=[f"{ename}: {evalue}"]))
     msg['parent_header'], msg['metadata'] = {'msg_id': fut.msg_id}, {'engine': uuid}
