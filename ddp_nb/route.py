@@ -15,7 +15,7 @@ log = logging.getLogger('ddp_nb.route')
 
 # %% auto #0
 __all__ = ['log', 'ROUTE_MAX_BYTES', 'QUIET', 'TRANSFORMS_KEPT', 'REPLY_TEXT_MOST', 'remember_transforms', 'remember_cell_names',
-           'log_only_shown', 'open_route', 'fit_reply', 'Route', 'RouteSocket']
+           'log_only_shown', 'open_route', 'read_pending', 'fit_reply', 'Route', 'RouteSocket']
 
 # %% ../nbs/00i_route.ipynb #4286f954
 ROUTE_MAX_BYTES = 64 << 20  # the largest message a route carries, either way: a larger cell goes through the controller
@@ -103,6 +103,15 @@ def open_route() -> int|str|None: # the port; why none opened; None outside an e
     return port
 
 # %% ../nbs/00i_route.ipynb #67a47125
+def read_pending(stream, # a ZMQStream whose socket was just sent on directly (not through the stream)
+                ):
+    "Have `stream` read what came in meanwhile: a send outside it may take the one signal that a message is waiting"
+    # (a zmq socket's descriptor signals changes only, and a send takes in the socket's pending news; pyzmq's stream
+    # checks EVENTS after each of its own sends, and this does so after ours. Without it a reply that came in as the
+    # notebook sent another rank's request waited unread until the next message, its cell with it)
+    s = stream.socket
+    if s is not None and s.getsockopt(zmq.EVENTS) & zmq.POLLIN: stream.io_loop.add_callback(stream.flush, zmq.POLLIN)
+
 def _say_dropped(n:int, # messages dropped so far, this one included
                 read:str, # what of the route's messages is read
                 why, # why this one was not
@@ -134,7 +143,9 @@ async def _serve(k, sock, idents, msg, pub):
         except (Exception, KeyboardInterrupt):  # (not the cell's own error: the route's, or a SIGINT outside the cell)
             from ipyparallel.error import wrap_exception
             k.session.send(sock, 'execute_reply', wrap_exception(), msg, ident=idents)
-        finally: k.post_handler_hook()
+        finally:
+            k.post_handler_hook()
+            read_pending(_open['stream'])  # (a request that came in as the reply left)
 
 async def _run(k, sock, idents, msg, pub):
     "Execute the request's cell as the kernel does; its outputs and idle status go by IOPub, its reply by the route"
@@ -300,7 +311,9 @@ class RouteSocket:
         "Send one message (on the client's IO thread)"
         r = self.route
         if r.sock is not None and r.takes(parts):
-            try: return r.sock.send_multipart(parts, copy=copy)
+            try:
+                r.sock.send_multipart(parts, copy=copy)
+                return read_pending(r.stream)  # (a reply that came in as this left)
             except zmq.ZMQError as e:
                 if e.errno != zmq.EHOSTUNREACH: raise  # (not connected, yet or any more: the controller's way)
         return self.controller.send_multipart(parts, copy=copy, **kw)
