@@ -615,7 +615,7 @@ def idle_for(idle:dict, # rank -> (the request started last there, since when id
             ) -> float: # seconds it has been idle with the same request the last to start (0: not idle)
     "How long `rank` has been idle, as the looks at its reports saw it"
     if ran is False: idle.pop(rank, None); return 0.
-    if idle.get(rank, (object(),))[0] != ran: idle[rank] = (ran, now)
+    if rank not in idle or idle[rank][0] != ran: idle[rank] = (ran, now)
     return now - idle[rank][1]
 
 @patch
