@@ -4,7 +4,7 @@
 
 # %% ../nbs/00b_compat_ipp.ipynb #49171b13
 from __future__ import annotations
-import collections, concurrent.futures, contextlib, logging, os, re, signal, sys, threading, time, warnings
+import collections, concurrent.futures, logging, os, re, sys, time, warnings
 from importlib.metadata import version, PackageNotFoundError
 
 # what is swallowed goes here, at DEBUG: logging.getLogger('ddp_nb').setLevel('DEBUG') shows it
@@ -18,7 +18,7 @@ __all__ = ['log', 'tested_versions', 'min_versions', 'OUTPUT_MSGS', 'PING_AGAIN_
            'launcher_output', 'stop_sync_thread', 'engine_state_file', 'forget_magics', 'engine_registration_url',
            'on_uncaught_error', 'plain_tracebacks', 'session_key', 'bind_engine_kernel', 'engine_kernel', 'kernel_turn',
            'publish_idle', 'out_streams', 'running_request', 'client_loop', 'client_context', 'handle_reply',
-           'outputs_complete', 'awaits_reply', 'fail_task', 'wrap_view_socket', 'send_at_once', 'supervised_result',
+           'outputs_complete', 'awaits_reply', 'fail_task', 'wrap_view_socket', 'supervised_result',
            'controller_process', 'hub_answers', 'abandon_client', 'ask_to_exit', 'engine_exits', 'replace_nanny_start',
            'engine_without_debugger', 'remember_answers', 'remember_checks', 'adopt_process', 'register_hearts_at_once',
            'fast_dates']
@@ -344,7 +344,6 @@ def client_loop(rc, # an ipyparallel Client
     # (`Client._io_loop` and `._io_thread`, tested with ipyparallel 9.2)
     try: t, loop = rc._io_thread, rc._io_loop
     except AttributeError: raise missing('Client._io_loop') from None
-    loop = getattr(loop, 'io_loop', loop)  # (not the one `send_at_once` puts in its place while it sends)
     return loop if t is not None and t.is_alive() else None
 
 def client_context(rc) -> 'zmq.Context': # the zmq context of the client's sockets
@@ -402,47 +401,6 @@ def wrap_view_socket(view, # an ipyparallel DirectView
     # (`View._socket`, a ZMQStream to the controller, tested with ipyparallel 9.2)
     if not hasattr(view, '_socket'): raise missing('View._socket')
     view._socket = wrap(view._socket)
-
-class _AtOnce:
-    "A client's IO loop, except that a callback added by a thread sending at once (`send_at_once`) is called there and then"
-    def __init__(self, io_loop, here): self.io_loop, self.here = io_loop, here
-    def add_callback(self, fn, *args, **kwargs):
-        if getattr(self.here, 'sending', False): return fn(*args, **kwargs)
-        return self.io_loop.add_callback(fn, *args, **kwargs)
-    def __getattr__(self, name): return getattr(self.io_loop, name)
-
-def send_at_once(rc, # an ipyparallel Client
-                 when, # called as when(socket, msg_type) in the thread sending: True to send the message in that thread
-                ) -> bool: # False if it does already
-    "Make `rc` send the messages `when` picks in the thread that sends them, not handed to its IO thread"
-    # (`Client._send` makes the message and its futures, then hands the sending to `_io_loop.add_callback`; while it
-    # runs for a message `when` picks, its `_io_loop` calls that callback at once, in this thread only: tested with
-    # ipyparallel 9.2)
-    if rc.__dict__.get('_ddp_nb_at_once'): return False
-    send = getattr(rc, '_send', None)
-    if not callable(send) or not hasattr(rc, '_io_loop'): raise missing('Client._send and Client._io_loop')
-    here = threading.local()
-    def _send(socket, msg_type, *args, **kwargs):
-        if not when(socket, msg_type): return send(socket, msg_type, *args, **kwargs)
-        loop = rc._io_loop
-        # (the stop button lands once the message has left: a task in the client's books is a task sent)
-        with _sigint_held():
-            here.sending, rc._io_loop = True, _AtOnce(getattr(loop, 'io_loop', loop), here)
-            try: return send(socket, msg_type, *args, **kwargs)
-            finally: here.sending, rc._io_loop = False, loop
-    rc._send, rc._ddp_nb_at_once = _send, True
-    return True
-
-@contextlib.contextmanager
-def _sigint_held():
-    "In the main thread: a SIGINT that comes within is raised again as it ends, to the handler there was"
-    if threading.current_thread() is not threading.main_thread(): yield; return  # (Python runs handlers in the main thread only)
-    came = []
-    old = signal.signal(signal.SIGINT, lambda *a: came.append(a))
-    try: yield
-    finally:
-        signal.signal(signal.SIGINT, old)
-        if came: signal.raise_signal(signal.SIGINT)
 
 # %% ../nbs/00b_compat_ipp.ipynb #f3a91c41
 _result_classes = {}  # an AsyncResult class -> its supervised subclass

@@ -4,25 +4,22 @@
 
 # %% ../nbs/00i_route.ipynb #c270f50e
 from __future__ import annotations
-import asyncio, errno, inspect, logging, secrets, sys, threading, time
+import asyncio, errno, inspect, logging, sys, threading, time
 import zmq
 from .core import Kept
 from .compat_ipp import (CompatError, client_context, client_loop, engine_kernel, handle_reply,
                                kernel_turn, out_streams, outputs_complete, pending_tasks, publish_idle, awaits_reply,
-                               remember_answers, remember_checks, send_at_once)
+                               remember_answers, remember_checks)
 
 log = logging.getLogger('ddp_nb.route')
 
 # %% auto #0
-__all__ = ['log', 'ROUTE_MAX_BYTES', 'QUIET', 'SENT', 'REPLIES', 'TRANSFORMS_KEPT', 'REPLY_TEXT_MOST', 'remember_transforms',
-           'remember_cell_names', 'log_only_shown', 'open_route', 'read_pending', 'fit_reply', 'Route', 'RouteSocket']
+__all__ = ['log', 'ROUTE_MAX_BYTES', 'QUIET', 'TRANSFORMS_KEPT', 'REPLY_TEXT_MOST', 'remember_transforms', 'remember_cell_names',
+           'log_only_shown', 'open_route', 'read_pending', 'fit_reply', 'Route', 'RouteSocket']
 
 # %% ../nbs/00i_route.ipynb #4286f954
 ROUTE_MAX_BYTES = 64 << 20  # the largest message a route carries, either way: a larger cell goes through the controller
 QUIET = 'ddp_nb_quiet'  # in a reply's metadata: True when the cell published nothing on IOPub (no outputs to wait for)
-# the notebook's two sockets, by their routing ids: SENT + its token sends from the notebook's thread, REPLIES + the
-# same token receives (on the client's IO thread) every reply, whichever socket sent the request
-SENT, REPLIES = b'ddp_nb-sent-', b'ddp_nb-replies-'
 
 # %% ../nbs/00i_route.ipynb #f6118714
 TRANSFORMS_KEPT = 64  # cells whose static transform an engine remembers (the last run)
@@ -135,12 +132,7 @@ def _received(k, sock, frames, pub):
         msg = k.session.deserialize(parts, content=True, copy=False)  # (refused unless signed with the cluster's key)
         assert msg['header']['msg_type'] == 'execute_request', f"a {msg['header']['msg_type']}"
     except Exception as e: return _dropped(e)
-    asyncio.ensure_future(_serve(k, sock, _answer_to(idents), msg, pub))
-
-def _answer_to(idents:list) -> list:
-    "Where the reply to a request goes: to its sender, or from the notebook's thread's socket, to its replies' socket"
-    i = bytes(idents[0]) if len(idents) == 1 else b''
-    return [REPLIES + i[len(SENT):]] if i.startswith(SENT) else idents
+    asyncio.ensure_future(_serve(k, sock, idents, msg, pub))
 
 async def _serve(k, sock, idents, msg, pub):
     "Run the request's cell, one request at a time with those that came through the controller"
@@ -218,12 +210,7 @@ class Route:
                 ):
         client_context(rc)
         self.rc, self.ports, self.sock, self.stream, self.dropped = rc, {}, None, None, 0
-        # (the socket the thread that made it sends from: its own, connected to `sent_to`; one send or close at a time)
-        self.token, self.owner, self.sent_by, self.sent_to, self.lock = (secrets.token_hex(8).encode(),
-                                                                         threading.get_ident(), None, {}, threading.Lock())
         self._on_io(self._open, timeout)
-        send_at_once(rc, lambda socket, msg_type: (msg_type == 'execute_request' and isinstance(socket, RouteSocket)
-                                                   and socket.route.owner == threading.get_ident()))
 
     def _on_io(self, fn, timeout:float):
         "Run `fn` on the client's IO thread, where the socket lives, and wait for it"
@@ -238,21 +225,15 @@ class Route:
         if not done.wait(timeout): raise TimeoutError(f"The client's IO thread did not answer within {timeout:g}s.")
         if err: raise err[0]
 
-    def _socket(self, prefix:bytes): # `SENT` or `REPLIES`: its routing id, with the route's token
-        "A new socket of the route (not connected yet)"
-        s = client_context(self.rc).socket(zmq.ROUTER)
-        s.setsockopt(zmq.ROUTER_MANDATORY, 1)  # an engine not connected: an error, and another way instead
+    def _open(self):
+        from zmq.eventloop.zmqstream import ZMQStream
+        s = self.sock = client_context(self.rc).socket(zmq.ROUTER)
+        s.setsockopt(zmq.ROUTER_MANDATORY, 1)  # an engine not connected: an error, and the controller's way instead
         s.setsockopt(zmq.RECONNECT_IVL, -1)  # an engine gone stays gone (its port may be another process's next)
         s.setsockopt(zmq.MAXMSGSIZE, ROUTE_MAX_BYTES)
         s.setsockopt(zmq.SNDHWM, 0)  # (as ipyparallel's own: never drop a task)
         s.setsockopt(zmq.LINGER, 0)
-        s.setsockopt(zmq.IDENTITY, prefix + self.token)  # (the engines answer REPLIES + the token: `_answer_to`)
-        return s
-
-    def _open(self):
-        from zmq.eventloop.zmqstream import ZMQStream
-        self.sock = self._socket(REPLIES)
-        self.stream = ZMQStream(self.sock, client_loop(self.rc))
+        self.stream = ZMQStream(s, client_loop(self.rc))
         self.stream.on_recv(self._reply, copy=False)
 
     def _reply(self, frames):
@@ -282,7 +263,12 @@ def use(self:Route, ports:dict, # engine uuid -> the port of its route (engines 
     mon = []
     def switch():
         if new: mon.append(self.sock.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED))
-        _connect(self.sock, self.ports, ports)
+        for u, p in self.ports.items():
+            if ports.get(u) != p:
+                try: self.sock.disconnect(f'tcp://127.0.0.1:{p}')
+                except zmq.ZMQError as e:  # (its engine gone: zmq dropped the connection already, never to reconnect)
+                    if e.errno != errno.ENOENT: raise
+        for u, p in new.items(): self.sock.connect(f'tcp://127.0.0.1:{p}')
         self.ports = dict(ports)
     self._on_io(switch, 10)
     if not mon: return
@@ -294,17 +280,6 @@ def use(self:Route, ports:dict, # engine uuid -> the port of its route (engines 
     finally:
         self._on_io(self.sock.disable_monitor, 10)
         mon[0].close(linger=0)
-
-def _connect(sock, had:dict, want:dict, # engine uuid -> port: what `sock` is connected to, and what it is to be
-            ):
-    "Connect `sock` to the ports of `want` it was not connected to, and disconnect it from the others"
-    for u, p in had.items():
-        if want.get(u) != p:
-            try: sock.disconnect(f'tcp://127.0.0.1:{p}')
-            except zmq.ZMQError as e:  # (its engine gone: zmq dropped the connection already, never to reconnect)
-                if e.errno != errno.ENOENT: raise
-    for u, p in want.items():
-        if had.get(u) != p: sock.connect(f'tcp://127.0.0.1:{p}')
 
 @patch
 def takes(self:Route, parts:list, # a serialized message to one engine: its uuid, then Jupyter's frames
@@ -318,33 +293,13 @@ def takes(self:Route, parts:list, # a serialized message to one engine: its uuid
     return self.rc.session.unpack(bytes(parts[3])).get('msg_type') == 'execute_request'
 
 @patch
-def send_now(self:Route, parts:list, # a serialized message to one engine: its uuid, then Jupyter's frames
-             copy:bool=True) -> bool: # False: it was not sent (the IO thread's way then)
-    "In the thread that made the route: send the message by the route at once, from a socket of this thread's own"
-    # (connected to the engines the route uses as it sends: a new engine's first cells go the IO thread's way until
-    # its connection is made)
-    if threading.get_ident() != self.owner or not self.takes(parts): return False
-    with self.lock:
-        if self.sock is None: return False  # (closed meanwhile)
-        s = self.sent_by = self.sent_by or self._socket(SENT)
-        want = self.ports
-        if self.sent_to is not want: _connect(s, self.sent_to, want); self.sent_to = want
-        try: s.send_multipart(parts, copy=copy)
-        except zmq.ZMQError as e:
-            if e.errno != zmq.EHOSTUNREACH: raise  # (not connected yet, or any more)
-            return False
-    return True
-
-@patch
 def close(self:Route):
-    "Close the notebook's sockets (the IO thread's on it while it runs)"
+    "Close the notebook's socket (on the IO thread while it runs)"
     if self.sock is None: return
     try: self._on_io(lambda: self.stream.close(linger=0), 5)
     except (RuntimeError, TimeoutError): self.sock.close(linger=0)  # (the client is closed: no thread uses it)
-    with self.lock:
-        if self.sent_by is not None: self.sent_by.close(linger=0)
-        self.sock = self.stream = self.sent_by = None
-    self.ports, self.sent_to = {}, {}
+    self.sock = self.stream = None
+    self.ports = {}
 
 class RouteSocket:
     "What a view sends through: an execute request by the route where `Route.takes` it, else through the controller"
@@ -353,12 +308,8 @@ class RouteSocket:
                 ): self.route, self.controller = route, controller
 
     def send_multipart(self, parts, copy=True, **kw):
-        "Send one message: from the route's own thread, by the route at once where it can; else on the client's IO thread"
+        "Send one message (on the client's IO thread)"
         r = self.route
-        if threading.get_ident() == r.owner:  # (`send_at_once`)
-            if r.send_now(parts, copy): return
-            loop = client_loop(r.rc)
-            if loop is not None: return loop.add_callback(self.send_multipart, parts, copy, **kw)
         if r.sock is not None and r.takes(parts):
             try:
                 r.sock.send_multipart(parts, copy=copy)
