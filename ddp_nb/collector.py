@@ -35,6 +35,7 @@ class RankReport:
         self.received, self.every = 0, 0.1  # points received from this engine; seconds between its batches
         self.cell = None  # the request its cell runs (an id), True (a cell, its id unknown), or False/None
         self.ran = None  # the request whose cell started last there (an id), or None
+        self.serving = False  # its kernel handles a request (a cell, or another of any client) as it last said
         # samples reported in the run, and at how many steps: samples/s from their mean, not the last batch's
         self.samples = [0., 0]
 
@@ -186,7 +187,7 @@ def _fold(self:Collector, msg:dict, now:float|None=None):
     rs.pid, rs.host, rs.seen, rs.busy = msg['pid'], msg['host'], now or time.time(), msg['busy']
     # inside a cooperative stop region: how long a stop would take
     rs.stop_eta, rs.every, rs.cell = msg.get('stop_eta'), msg.get('every', 0.1), msg.get('cell')
-    rs.ran = msg.get('ran')
+    rs.ran, rs.serving = msg.get('ran'), msg.get('serving', False)
     load, flags = msg.get('load'), msg.get('flags')
     if load is not None: rs.load = load
     rs.error = msg.get('error')

@@ -17,8 +17,8 @@ __all__ = ['log', 'tested_versions', 'min_versions', 'OUTPUT_MSGS', 'PING_AGAIN_
            'supervised_view', 'record_outputs', 'task_events', 'engine_launchers', 'launcher_process',
            'launcher_output', 'stop_sync_thread', 'engine_state_file', 'forget_magics', 'engine_registration_url',
            'on_uncaught_error', 'plain_tracebacks', 'session_key', 'bind_engine_kernel', 'engine_kernel', 'kernel_turn',
-           'publish_idle', 'out_streams', 'running_request', 'client_loop', 'client_context', 'handle_reply',
-           'outputs_complete', 'awaits_reply', 'fail_task', 'wrap_view_socket', 'supervised_result',
+           'publish_idle', 'out_streams', 'running_request', 'kernel_serving', 'client_loop', 'client_context',
+           'handle_reply', 'outputs_complete', 'awaits_reply', 'fail_task', 'wrap_view_socket', 'supervised_result',
            'controller_process', 'hub_answers', 'abandon_client', 'ask_to_exit', 'engine_exits', 'replace_nanny_start',
            'engine_without_debugger', 'remember_answers', 'remember_checks', 'adopt_process', 'register_hearts_at_once',
            'fast_dates']
@@ -336,6 +336,12 @@ def running_request(k, # an engine's kernel (`engine_kernel`)
     # (`Kernel.get_parent('shell')`, ipykernel >= 6, tested with ipykernel 7.4)
     try: return k.get_parent('shell')['header']['msg_id']
     except (AttributeError, KeyError, TypeError): return None
+
+def kernel_serving(k, # an engine's kernel (`engine_kernel`), or None
+                  ) -> bool:
+    "Whether `k` handles a shell request now: a cell, or any other request, of any client"
+    # (its turn is held: `kernel_turn`; read from another thread, a flag)
+    return k is not None and kernel_turn(k).locked()
 
 # %% ../nbs/00b_compat_ipp.ipynb #0418553f
 def client_loop(rc, # an ipyparallel Client

@@ -11,7 +11,7 @@ from fastcore.basics import patch
 from .core import StepCounter
 from .host import host_identity
 from .context import ctx, rank_info
-from .compat_ipp import engine_kernel, on_uncaught_error, running_request, session_key
+from .compat_ipp import engine_kernel, kernel_serving, on_uncaught_error, running_request, session_key
 
 # what is swallowed goes here, at DEBUG: logging.getLogger('ddp_nb').setLevel('DEBUG') shows it
 log = logging.getLogger('ddp_nb.report')
@@ -249,6 +249,7 @@ HEAD = dict(
     every=(False, lambda v, n: _num(v, 1e-3) and v <= 3600), busy=(True, lambda v, n: type(v) is bool),
     cell=(False, lambda v, n: type(v) is bool or type(v) is str and 0 < len(v) <= 128 and v.isprintable()),
     ran=(False, lambda v, n: v is None or type(v) is str and 0 < len(v) <= 128 and v.isprintable()),
+    serving=(False, lambda v, n: type(v) is bool),
     dropped=(False, lambda v, n: type(v) is int and 0 <= v < 2**63),
     flags=(False, lambda v, n: type(v) is list and len(v) <= MAX_FLAGS and all(map(_flag, v))),
     error=(False, lambda v, n: v is None or type(v) is list and len(v) == 2 and _num(v[0]) and _text(v[1])),
@@ -381,6 +382,7 @@ def _batch(self:Reporter) -> tuple:
     head = dict(rank=self.rank, pid=self.pid, host=self.host, t=now, every=self.interval, flags=flags[-MAX_FLAGS:],
                 sid=self.sid, seq=self.seq,
                 busy=now - self.last_report < 2.0, cell=self.in_cell, ran=self.ran, dropped=self.dropped, error=self.error,
+                serving=kernel_serving(engine_kernel()),  # (another request, of any client, counts: `Supervisor._lost`)
                 stop_eta=ctx.stop_eta())
     if now - self.last_load >= self.load_interval:
         head['load'], self.last_load = self.load(), now

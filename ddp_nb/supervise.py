@@ -580,22 +580,36 @@ def doing(self:Supervisor, ranks:list, # the ranks to look at (their stacks are 
     return {r: rank_activity(stacks[r], recs.get(r), self.source_line) for r in ranks}
 
 @patch
+def _behind(self:Supervisor, running:list) -> list:
+    "The ranks of `running` that have not started the cell: their kernels handle another request, not a cell"
+    col = self.progress()
+    if col is None: return []
+    with col.lock: reps = [(r, col.ranks.get(r)) for r in running]  # (its thread changes the reports)
+    return [r for r, rep in reps if rep is not None and rep.serving and not rep.cell]
+
+@patch
 def hang_report(self:Supervisor, running:list, waited:float, finished:list=()):
     "Print the stuck ranks, who waits for whom, every rank's stack and the ways out"
-    # (who waits: `hang_verdict`; also the ranks that already finished (a skipped collective?);
-    # the stacks grouped beyond `FEW` ranks)
-    stacks, n = where(self.rs, self.cluster_id, running), len(self.rs)
+    # (who waits: `hang_verdict`, of the ranks that started the cell; the ranks that have not, behind another
+    # request (`_behind`); the ranks that already finished (a skipped collective?); the stacks grouped beyond `FEW`)
+    stacks, n, behind = where(self.rs, self.cluster_id, running), len(self.rs), self._behind(running)
     try: records = read_records(self.cluster_id, running)
     except Exception: records = {}
-    outside, waiting, verdict = hang_verdict(stacks, records, finished, self.source_line, n)
+    started = {r: s for r, s in stacks.items() if r not in behind}
+    outside, waiting, verdict = hang_verdict(started, records, finished, self.source_line, n) if started else ([], [], '')
     gone = [r for r in running if stacks[r].startswith(('stopped', 'dead', 'no answer'))]
     stuck = sorted(set(gone) | set(outside if waiting else ())) or running  # the ranks the others wait for
     print(f"[ddp_nb watchdog] no progress for {waited:.0f}s. Stuck: {_ranks_text(self.rs, stuck, n)}.", file=sys.stderr)
-    print(_cap(verdict), file=sys.stderr)
+    if behind:
+        print(f"{_cap(name_ranks(behind))} {agree(behind, 'has', 'have')} not started the cell: "
+              f"{agree(behind, 'its kernel handles', 'their kernels handle')} another request first (not a cell: an "
+              f"`apply` of this notebook, or a request of another client of the cluster); the cell runs there once "
+              f"that ends.", file=sys.stderr)
+    if verdict: print(_cap(verdict), file=sys.stderr)
     desync = self.desync({**{r: (RankState.RUNNING, None) for r in running},
                           **{r: (RankState.OK, None) for r in finished}})
     if desync: print(desync[:1].upper() + desync[1:], file=sys.stderr)
-    if finished:
+    if finished and started:
         print(f"{_cap(name_ranks(finished))} already FINISHED the cell while {name_ranks(running)} "
               f"{agree(running, 'waits', 'wait')}: a collective that {name_ranks(finished)} skipped "
               f"(one inside `if rank == ...:`)? Every rank "
@@ -634,7 +648,8 @@ def _lost(self:Supervisor, w:Watch, running:list, # the ranks whose part has not
         if f is not None and f.header.get('msg_type') == 'execute_request' and rs.outstanding(r) == [f.msg_id]:
             with col.lock:  # (its thread changes the reports)
                 rep = col.ranks.get(r)
-                if rep is not None and rep.pid == rs.plan[r].pid and not rep.cell and not rep.silent(time.time()):
+                if (rep is not None and rep.pid == rs.plan[r].pid  # (idle: no cell, no other request, reporting)
+                        and not (rep.cell or rep.serving or rep.silent(time.time()))):
                     ran = rep.ran
         if idle_for(w.idle, r, ran, now) >= LOST_AFTER: lost[r] = (f, ran == f.msg_id)
     loop = client_loop(rs.rc)

@@ -423,6 +423,22 @@ def test_a_cell_whose_request_or_answer_is_lost_ends_naming_which(k):
     assert err is None and '[rank 0] 5' in out and '[rank 1] 6' in out, out
 
 
+def test_a_cell_behind_another_clients_request_waits_and_runs(k):
+    "Another client of the cluster (a second notebook) holds rank 1 in a 14 s apply: the cell waits behind it, the watchdog says rank 1 has not started it, then it runs; nothing is called lost"
+    _, out, err, _ = k.run("import ipyparallel as _ipp, time as _time\n_rc2 = _ipp.Client(cluster_id=cl.cluster_id)\n"
+                           "_ar2 = _rc2[cl._ranks.plan[1].engine_id].apply_async(_time.sleep, 14)\n_time.sleep(0.5)")
+    assert err is None, out
+    took, out, err, _ = k.run("%%px\nz = rank + 7", timeout=90)
+    MEASURED["a cell behind another client's 14 s request on rank 1: it ran after (s)"] = round(took, 1)
+    assert err is None and took >= 12, (took, out)
+    assert 'Rank 1 has not started the cell: its kernel handles another request first' in out, out
+    assert 'TaskLost' not in out and 'FINISHED' not in out and 'skipped' not in out, out
+    _, out, err, _ = k.run("_ar2.get(30); _rc2.close()")
+    assert err is None, out
+    _, out, err, _ = k.run("%%px\nprint(z)")
+    assert err is None and '[rank 0] 7' in out and '[rank 1] 8' in out, out
+
+
 def test_restart_success_is_plain_output_and_names_new_ranks(k):
     took, out, err, _ = k.run("cl.restart([0])")   # healed from rank 1 (`ddp_nb.heal`)
     assert err is None, out
