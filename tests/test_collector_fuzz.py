@@ -144,7 +144,7 @@ def mutate(rng, body: bytes) -> bytes:
         elif k == 5:   # back that is not where steps go back
             h['back'] = rng.choice([[], [0], [1], [1, 1], [2, 1], list(range(1, 100)), [n], [n - 1]])
             if rng.random() < 0.5:   # late points that are none of the batch's
-                h['late'] = rng.choice([[], [0], [-1], [1, 1], [2, 1], list(range(n + 2)), [n], [n - 1], 'x', [0.5]])
+                h['late'] = rng.choice([[], [0], [-1], [1, 1], [2, 1], list(range(min(n, MAX_POINTS) + 2)), [n], [n - 1], 'x', [0.5]])  # (n: maybe a mutated one, 2**63)
             body = join(h, cols)
         elif k == 6:   # the other byte order: the same bytes read as other numbers
             h['order'] = 'big' if h.get('order') == 'little' else 'little'; body = join(h, cols)
