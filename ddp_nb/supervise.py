@@ -444,8 +444,10 @@ class Supervisor:
         elif (self.limits.hang_after is not None and not w.hung
               and (busy := [r for r in running if r not in w.idle]) and self._hanging(w, busy, states)):
             w.hung = True
+            parts = dict(task_futures(ar))  # (each rank's part: what it runs first may be another request)
             self.hang_report(busy, w.quiet,
-                             finished=[r for r, (s, _) in states.items() if s in (RankState.OK, RankState.STOPPED)])
+                             finished=[r for r, (s, _) in states.items() if s in (RankState.OK, RankState.STOPPED)],
+                             mine={r: parts[rs.plan[r].engine_id].msg_id for r in busy if rs.plan[r].engine_id in parts})
         return False
 
 # %% ../nbs/02c_supervise.ipynb #da6ae9b3
@@ -580,19 +582,26 @@ def doing(self:Supervisor, ranks:list, # the ranks to look at (their stacks are 
     return {r: rank_activity(stacks[r], recs.get(r), self.source_line) for r in ranks}
 
 @patch
-def _behind(self:Supervisor, running:list) -> list:
-    "The ranks of `running` that have not started the cell: their kernels handle another request, not a cell"
-    col = self.progress()
+def _behind(self:Supervisor, running:list,
+            mine:dict|None=None, # rank -> the id of its part of the cell (unknown: a cell there is taken as this one)
+           ) -> list:
+    "The ranks of `running` that have not started the cell: their kernels handle another request first"
+    # (not a cell: an apply, of this notebook or another client; or a cell of another request: an earlier --noblock
+    # cell, another notebook's)
+    col, mine = self.progress(), mine or {}
     if col is None: return []
     with col.lock: reps = [(r, col.ranks.get(r)) for r in running]  # (its thread changes the reports)
-    return [r for r, rep in reps if rep is not None and rep.serving and not rep.cell]
+    return [r for r, rep in reps if rep is not None and rep.serving
+            and (not rep.cell or rep.cell is not True and rep.cell != mine.get(r, rep.cell))]
 
 @patch
-def hang_report(self:Supervisor, running:list, waited:float, finished:list=()):
+def hang_report(self:Supervisor, running:list, waited:float, finished:list=(),
+                mine:dict|None=None, # rank -> the id of its part of the cell (`_behind`)
+               ):
     "Print the stuck ranks, who waits for whom, every rank's stack and the ways out"
     # (who waits: `hang_verdict`, of the ranks that started the cell; the ranks that have not, behind another
     # request (`_behind`); the ranks that already finished (a skipped collective?); the stacks grouped beyond `FEW`)
-    stacks, n, behind = where(self.rs, self.cluster_id, running), len(self.rs), self._behind(running)
+    stacks, n, behind = where(self.rs, self.cluster_id, running), len(self.rs), self._behind(running, mine)
     try: records = read_records(self.cluster_id, running)
     except Exception: records = {}
     started = {r: s for r, s in stacks.items() if r not in behind}
@@ -602,9 +611,9 @@ def hang_report(self:Supervisor, running:list, waited:float, finished:list=()):
     print(f"[ddp_nb watchdog] no progress for {waited:.0f}s. Stuck: {_ranks_text(self.rs, stuck, n)}.", file=sys.stderr)
     if behind:
         print(f"{_cap(name_ranks(behind))} {agree(behind, 'has', 'have')} not started the cell: "
-              f"{agree(behind, 'its kernel handles', 'their kernels handle')} another request first (not a cell: an "
-              f"`apply` of this notebook, or a request of another client of the cluster); the cell runs there once "
-              f"that ends.", file=sys.stderr)
+              f"{agree(behind, 'its kernel handles', 'their kernels handle')} another request first (an earlier "
+              f"`--noblock` cell or `apply` of this notebook, or a request of another client of the cluster); the "
+              f"cell runs there once that ends.", file=sys.stderr)
     if verdict: print(_cap(verdict), file=sys.stderr)
     desync = self.desync({**{r: (RankState.RUNNING, None) for r in running},
                           **{r: (RankState.OK, None) for r in finished}})

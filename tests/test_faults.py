@@ -439,6 +439,20 @@ def test_a_cell_behind_another_clients_request_waits_and_runs(k):
     assert err is None and '[rank 0] 7' in out and '[rank 1] 8' in out, out
 
 
+def test_a_cell_behind_a_noblock_cell_is_named_not_started(k):
+    "A --noblock cell holds rank 1 for 8 s and the next cell waits behind it: the watchdog (hang_after=3) says rank 1 has not started this cell, not that it runs it"
+    k.run("cl.hang_after = 3")
+    try:
+        _, out, err, _ = k.run("%%px --noblock\nimport time\nif rank == 1: time.sleep(8)")
+        assert err is None, out
+        took, out, err, _ = k.run("%%px\nv = rank", timeout=60)
+        assert err is None and took > 5, (took, out)
+        ours = [t for t in out.split('[ddp_nb watchdog]') if 'has not started' in t]  # (the --noblock cell's own watchdog speaks too)
+        assert len(ours) == 1 and 'Rank 1 has not started the cell: its kernel handles another request first (an earlier `--noblock`' in ours[0], out
+        assert 'FINISHED' not in ours[0] and 'at cell line' not in ours[0], out
+    finally: k.run("cl.hang_after = 'auto'")
+
+
 def test_restart_success_is_plain_output_and_names_new_ranks(k):
     took, out, err, _ = k.run("cl.restart([0])")   # healed from rank 1 (`ddp_nb.heal`)
     assert err is None, out
