@@ -447,7 +447,8 @@ class Supervisor:
             parts = dict(task_futures(ar))  # (each rank's part: what it runs first may be another request)
             self.hang_report(busy, w.quiet,
                              finished=[r for r, (s, _) in states.items() if s in (RankState.OK, RankState.STOPPED)],
-                             mine={r: parts[rs.plan[r].engine_id].msg_id for r in busy if rs.plan[r].engine_id in parts})
+                             mine={r: parts[rs.plan[r].engine_id].msg_id for r in busy if rs.plan[r].engine_id in parts},
+                             about=None if w.claimed else f"a task started in {w.cell} without waiting for it ({task_name(ar)})")
         return False
 
 # %% ../nbs/02c_supervise.ipynb #da6ae9b3
@@ -597,6 +598,7 @@ def _behind(self:Supervisor, running:list,
 @patch
 def hang_report(self:Supervisor, running:list, waited:float, finished:list=(),
                 mine:dict|None=None, # rank -> the id of its part of the cell (`_behind`)
+                about:str|None=None, # what it speaks of where that is not the cell waited for now (a --noblock task)
                ):
     "Print the stuck ranks, who waits for whom, every rank's stack and the ways out"
     # (who waits: `hang_verdict`, of the ranks that started the cell; the ranks that have not, behind another
@@ -608,7 +610,8 @@ def hang_report(self:Supervisor, running:list, waited:float, finished:list=(),
     outside, waiting, verdict = hang_verdict(started, records, finished, self.source_line, n) if started else ([], [], '')
     gone = [r for r in running if stacks[r].startswith(('stopped', 'dead', 'no answer'))]
     stuck = sorted(set(gone) | set(outside if waiting else ())) or running  # the ranks the others wait for
-    print(f"[ddp_nb watchdog] no progress for {waited:.0f}s. Stuck: {_ranks_text(self.rs, stuck, n)}.", file=sys.stderr)
+    print(f"[ddp_nb watchdog] no progress for {waited:.0f}s{' in ' + about if about else ''}. "
+          f"Stuck: {_ranks_text(self.rs, stuck, n)}.", file=sys.stderr)
     if behind:
         print(f"{_cap(name_ranks(behind))} {agree(behind, 'has', 'have')} not started the cell: "
               f"{agree(behind, 'its kernel handles', 'their kernels handle')} another request first (an earlier "

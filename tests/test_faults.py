@@ -449,7 +449,9 @@ def test_a_cell_behind_a_noblock_cell_is_named_not_started(k):
         assert err is None and took > 5, (took, out)
         ours = [t for t in out.split('[ddp_nb watchdog]') if 'has not started' in t]  # (the --noblock cell's own watchdog speaks too)
         assert len(ours) == 1 and 'Rank 1 has not started the cell: its kernel handles another request first (an earlier `--noblock`' in ours[0], out
-        assert 'FINISHED' not in ours[0] and 'at cell line' not in ours[0], out
+        assert 'FINISHED' not in ours[0] and 'at cell line' not in ours[0] and ours[0].startswith(' no progress for 3s. Stuck'), out
+        assert re.search(r'\[ddp_nb watchdog\] no progress for \ds in a task started in In\[\d+\] without waiting for it \(%px\)\. '
+                         r'Stuck: rank 1', out), out  # (the earlier cell's own report says which it is)
     finally: k.run("cl.hang_after = 'auto'")
 
 
