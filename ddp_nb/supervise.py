@@ -695,6 +695,9 @@ def rank_lines(others:list, # [(rank, what follows 'rank R' in its line)]
             else f"  {name_ranks(rs)}{t.replace(' its state', ' their state')}"
             for t, rs in sorted(groups.items(), key=lambda g: g[1][0])]
 
+# a rank's part aborted before it started (`RankSet.abort_queued`: the stop button, or cl.interrupt())
+_CANCELLED = "had not started the cell: it was cancelled (the stop button, or cl.interrupt()); its state is as before the cell"
+
 @patch
 def failure(self:Supervisor, states:dict, first:list, ended:list, cell:str='the cell',
             desync:str|None=None, # what the ranks' recent collectives say (`desync`), if they were read
@@ -729,6 +732,7 @@ def failure(self:Supervisor, states:dict, first:list, ended:list, cell:str='the 
                 + f"{self.death(origin, rs.plan[origin].pid)} while running the cell.")
         detail = ''
     elif getattr(err, 'ename', None) == LOST_NAME: head, detail = f"{rs.plan[origin].describe()} {err.evalue}", ''
+    elif type(err).__name__ == 'TaskAborted': head, detail = f"{rs.plan[origin].describe()} {_CANCELLED}.", ''
     else:
         head = f"{rs.plan[origin].describe()} raised {_one_line(err)}"
         detail = f"--- traceback of rank {origin}, where it started:\n{_traceback(err, cell)}"
@@ -743,6 +747,7 @@ def failure(self:Supervisor, states:dict, first:list, ended:list, cell:str='the 
         elif s == RankState.DEAD: others.append((r, f" (host {rs.plan[r].host}): {self.death(r, rs.plan[r].pid)}."))
         elif s == RankState.LOST: others.append((r, f" (host {rs.plan[r].host}): stopped answering too."))
         elif s == RankState.ERROR and getattr(e, 'ename', None) == LOST_NAME: others.append((r, f": {e.evalue}"))
+        elif s == RankState.ERROR and type(e).__name__ == 'TaskAborted': others.append((r, f": {_CANCELLED}."))
         elif s == RankState.ERROR and r in first and _one_line(e) == _one_line(err):
             others.append((r, ": raised the same error."))
         elif s == RankState.ERROR: others.append((r, f": then failed too: {_one_line(e)}"))
