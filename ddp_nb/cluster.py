@@ -725,7 +725,11 @@ def _replacements(self:DDPCluster, ranks:list, # the ranks being replaced (or ad
                  ) -> list: # engine ids for them
     "New engines for `ranks`: started here (local engines), or spare engines registered from other hosts"
     old = set(self._ranks.engine_ids())
-    if ranks and self.engines == 'local': start_more(self._ipp, self._rc, len(ranks), old, self.start_timeout)
+    if ranks and self.engines == 'local':
+        try: start_more(self._ipp, self._rc, len(ranks), old, self.start_timeout, self._exits)
+        except RuntimeError:  # (its controller ended meanwhile: the cluster is gone, and said so)
+            if self._stopped_outside(): raise ClusterGone(self._outside) from None
+            raise
     deadline = time.monotonic() + wait
     while len(set(self._rc.ids) - old) < len(ranks) and time.monotonic() < deadline: time.sleep(0.1)
     new_ids = sorted(set(self._rc.ids) - old)

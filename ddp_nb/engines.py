@@ -223,15 +223,27 @@ def start_more(ipp_cluster, rc, # the cluster and its client
                k:int, # engines to add
                old:set, # ids of the engines there before
                timeout:float, # seconds for them to register
+               exits:Exits|None=None, # the cluster's `host.Exits` (for `controller_down`)
               ) -> list: # the new engine ids
-    "Start `k` more local engines and wait until they registered"
+    "Start `k` more local engines and wait until they registered; fail as soon as one of them, or the controller, ends"
+    sets = set(ipp_cluster.engines)
     ipp_cluster.start_engines_sync(n=k)
-    deadline = time.monotonic() + timeout  # (rc.wait_for_engines fails if an old engine set's end is reported)
-    while len(set(rc.ids) - old) < k:
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"restart: the new engines did not register within {timeout:g}s.")
+    new = [l for s, es in ipp_cluster.engines.items() if s not in sets for l in getattr(es, 'launchers', {}).values()]
+    deadline, look = time.monotonic() + timeout, 0.
+    while len(got := set(rc.ids) - old) < k:
+        now = time.monotonic()
+        if now >= look:  # (twice a second: a read of /proc for each process)
+            look = now + 0.5
+            if controller_down(ipp_cluster, rc, exits=exits):
+                raise RuntimeError(f"restart: the controller ended while {k} new engine(s) started.")
+            ended = [l for l in new if not pid_alive(getattr(launcher_process(l), 'pid', None) or 0)]
+            if ended or now > deadline:
+                head = (f"{len(ended)} of the {k} new engine(s) ended before registering" if ended
+                        else f"{len(got)} of {k} new engine(s) registered within {timeout:g}s")
+                raise RuntimeError('\n'.join([f"restart: {head}.", *_engine_lines(ipp_cluster, new, None, 1200),
+                                              "Call cl.restart() again; if it happens again, report the lines above."]))
         time.sleep(0.005)  # (reading the ids only flushes the client's notifications: a fine poll costs nothing)
-    return sorted(set(rc.ids) - old)
+    return sorted(got)
 
 def connect_existing(url_file:str|None=None, # the controller's client connection file, or None: find the cluster
                      cluster_id:str|None=None, profile_dir:str|None=None, profile:str|None=None, # which cluster
@@ -356,8 +368,17 @@ def unregistered(cluster, # the ipyparallel Cluster that started the engines
     "Why `n` engines are not all registered: each started engine that did not, alive or how it ended, its output's end"
     try: pids = set(rc[rc.ids].apply_async(os.getpid).get(timeout=5)) if rc.ids else set()
     except Exception: pids = None  # (the registered cannot say who they are: every engine is listed)
-    out = [f"{len(rc.ids)} of {n} engines registered within {timeout:g}s."]
-    for l in engine_launchers(cluster):
+    return '\n'.join([f"{len(rc.ids)} of {n} engines registered within {timeout:g}s.",
+                      *_engine_lines(cluster, engine_launchers(cluster), pids, tail),
+                      "Start again with cl.start(); if it happens again, report the lines above."])
+
+def _engine_lines(cluster, launchers:list, # the engines' launchers
+                  pids:set|None, # engines registered: left out (None: none known)
+                  tail:int, # characters of each one's output
+                 ) -> list: # a line for each
+    "Each of these engines not registered: alive, or how it ended; its output's end"
+    out = []
+    for l in launchers:
         p = launcher_process(l); pid = getattr(p, 'pid', None) or getattr(l, 'pid', None)
         if pids is not None and pid in pids: continue
         alive = pid is not None and pid_alive(pid)
@@ -365,7 +386,7 @@ def unregistered(cluster, # the ipyparallel Cluster that started the engines
         text = launcher_output(l).strip()
         out.append(f"Engine {getattr(l, 'identifier', '?')} (pid {pid}): {state}; its output "
                    + (f"ends:\n{text[-tail:]}" if text else "is empty."))
-    return '\n'.join(out + ["Start again with cl.start(); if it happens again, report the lines above."])
+    return out
 
 # %% ../nbs/02a_engines.ipynb #c8d1e5a1
 def controller_down(cluster, # the ipyparallel Cluster that started the controller; None: attached by file

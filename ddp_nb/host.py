@@ -8,7 +8,8 @@ import os, shlex, subprocess, threading
 from .core import visible_gpus
 
 # %% auto #0
-__all__ = ['host_identity', 'route_source', 'pid_alive', 'local_ipv4', 'Exits', 'local_gpus', 'local_cpus', 'probe_host']
+__all__ = ['host_identity', 'route_source', 'pid_alive', 'local_ipv4', 'start_time', 'Exits', 'local_gpus', 'local_cpus',
+           'probe_host']
 
 # %% ../nbs/00a_host.ipynb #cb8a02dc
 def host_identity() -> str:
@@ -58,6 +59,19 @@ def local_ipv4() -> dict:
     "{interface: [IPv4 addresses]} of this host"
     import psutil, socket
     return {k: [a.address for a in v if a.family == socket.AF_INET] for k, v in psutil.net_if_addrs().items()}
+
+# %% ../nbs/00a_host.ipynb #e1db3f01
+def start_time(pid:int, # a process of this host
+              ) -> float: # seconds: since boot (Linux), else since the epoch
+    "When process `pid` started, in a measure no later change of the clock moves; ProcessLookupError if there is none"
+    if not os.path.isdir('/proc/self'):
+        import psutil
+        try: return psutil.Process(pid).create_time()
+        except psutil.NoSuchProcess: raise ProcessLookupError(pid) from None
+    try:
+        with open(f'/proc/{pid}/stat', 'rb') as f: stat = f.read()
+    except FileNotFoundError: raise ProcessLookupError(pid) from None
+    return int(stat.rsplit(b')', 1)[1].split()[19]) / os.sysconf('SC_CLK_TCK')  # (field 22, after the name)
 
 # %% ../nbs/00a_host.ipynb #96233f88
 class Exits:

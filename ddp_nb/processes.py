@@ -8,7 +8,7 @@ import contextlib, gc, os, re, select, stat, sys, tempfile, threading, time
 from pathlib import Path
 import psutil
 from .core import cluster_owner
-from .host import pid_alive
+from .host import pid_alive, start_time
 
 # %% auto #0
 __all__ = ['OWNER_ENV', 'RANK_FILE', 'ENGINE_LOG_LEVEL', 'ENGINE_CMD', 'CONTROLLER_CMD', 'owner_token', 'owner_alive',
@@ -23,20 +23,21 @@ OWNER_ENV = 'DDP_NB_OWNER'  # 'pid:start time' of the process whose exit ends th
 def owner_token(pid:int|None=None, # a process id; None for this process
                ) -> str: # 'pid:start time', the value for DDP_NB_OWNER
     "Name a process by its pid and start time, so that a later process that reuses the pid is not taken for it"
-    p = psutil.Process(pid)
-    return f"{p.pid}:{p.create_time():.2f}"
+    pid = os.getpid() if pid is None else pid
+    return f"{pid}:{start_time(pid):.2f}"  # (`host.start_time`: no change of the clock moves it)
 
 def owner_alive(token:str, # 'pid:start time', as `owner_token` gives it
                ) -> bool:
     "Whether the process `token` names still runs"
-    # not if it exited, is a zombie, or its pid now belongs to another process
+    # not if it exited, is a zombie, or its pid now belongs to another process (one that started at another time)
     pid, _, t = token.partition(':')
     try:
-        p = psutil.Process(int(pid))
-        # start times are read with 10 ms ticks against a boot time that can shift by a second: a process that reuses
-        # the pid started after the owner ended, so 1 s of tolerance cannot confuse them
-        return abs(p.create_time() - float(t)) < 1 and p.status() != psutil.STATUS_ZOMBIE
-    except (psutil.Error, ValueError): return False
+        pid, t = int(pid), float(t)
+        if not pid_alive(pid): return False
+        if t > 1e9 and os.path.isdir('/proc/self'):  # an earlier ddp_nb's token (a date): 1 s for the boot time's moves
+            return abs(psutil.Process(pid).create_time() - t) < 1
+        return abs(start_time(pid) - t) < 0.01
+    except (OSError, ValueError, psutil.Error): return False
 
 # %% ../nbs/00d_processes.ipynb #1294869b
 def wait_for_exit(token:str, # the process to wait for, as `owner_token` names it
