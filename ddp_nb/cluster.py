@@ -73,7 +73,7 @@ class DDPCluster:
         # _outside: the message once stopped outside this notebook
         self._ranks, self._sup, self._outside = RankSet(None), None, None
         self._exits = Exits()  # its ranks and controller here, looked at by descriptors held while it runs (closed as it stops)
-        self.grace = 2.0  # seconds the other ranks get to finish after one fails, before they count as stuck (ended)
+        self.grace = 2.0  # seconds the other ranks get to finish after one fails, before those in a collective count as stuck (ended)
         # seconds without progress before the watchdog reports a hang; 'auto' (`supervise.hang_limit`); None: never
         self.hang_after = 'auto'
         if engines == 'local':

@@ -321,7 +321,9 @@ class Watch:
                 ):
         self.ar, self.cell, self.blocking, self.rs, self.t0 = ar, cell, blocking, rs, time.monotonic()
         self.first, self.ended, self.stopped, self.lost, self.states = [], [], [], [], {}
+        self.doing, self.after = {}, {}  # rank -> what an ended rank was doing; seconds after the failure it was ended
         self.t_fail = self.t_stop = self.t_done = self.failure = self.gone = self.interrupted = None
+        self.t_next = 0.  # when ranks still running after a failure are looked at again (`Supervisor.end_stuck`)
         self.hung = self.claimed = self.done = False
         self.quiet = 0.0   # seconds without progress at the last look (`Supervisor._hanging`)
         self.idle, self.t_idle = {}, 0.  # rank -> (its last request, idle since); the last look (`Supervisor._lost`)
@@ -329,7 +331,7 @@ class Watch:
 
 class Limits:
     "How long a `Supervisor` waits (a `DDPCluster` is one: `cl.grace`, `cl.hang_after`, read at every look)"
-    grace = 2.0  # seconds the other ranks get to finish after one fails, before they count as stuck
+    grace = 2.0  # seconds the other ranks get to finish after one fails, before those in a collective count as stuck
     # seconds without progress before the watchdog reports a hang; 'auto': `hang_limit`; None: never
     hang_after = 'auto'
 
@@ -421,25 +423,13 @@ class Supervisor:
         if not w.first and self._lost(w, running): return False  # (their errors come next: the next look sees them)
         if w.first:
             w.t_fail = w.t_fail or now
-            if now - w.t_fail > self.limits.grace:
+            if now - w.t_fail > self.limits.grace and now >= w.t_next:
                 silent = rs.silent([r for r in running if not rs.is_local(r)])  # on other hosts: gone, or only stuck?
                 w.lost += silent
                 gone = silent + rs.gone()
-                stuck = [r for r in running if r not in gone]
                 # the local dead are reported soon; the stuck are ended, and reported dead once their engines are gone
-                if stuck:
-                    w.desync = self.desync(states)  # which collective they wait in, read before they are ended
-                    # and each one's stack: waiting in a collective, or running outside any
-                    w.doing = self.doing(stuck, rs)
-                    stopped = stopped_ranks(rs, stuck)  # a stopped rank is a cause, not a victim
-                    rs.end(stopped, why='was stopped (SIGSTOP or a debugger) while running the cell, and was ended')
-                    rs.end([r for r in stuck if r not in stopped],
-                           why=f'was still running {self.limits.grace:g}s after another rank failed, and was ended')
-                    w.stopped += stopped; w.ended += [r for r in stuck if r not in stopped]
-                    deadline = time.monotonic() + 10
-                    while (any(rs.states(ar).get(r, (None,))[0] == RankState.RUNNING for r in stuck)
-                           and time.monotonic() < deadline):
-                        wait_for(ar, 0.05)
+                stuck = [r for r in running if r not in gone]
+                if stuck: self.end_stuck(w, stuck, states, rs, now)
         # (a rank that runs nothing is not stuck: its part is lost, `_lost`)
         elif (self.limits.hang_after is not None and not w.hung
               and (busy := [r for r in running if r not in w.idle]) and self._hanging(w, busy, states)):
@@ -675,6 +665,31 @@ def _lost(self:Supervisor, w:Watch, running:list, # the ranks whose part has not
         loop.add_callback(fail_task, rs.rc, f, uuids.get(rs.plan[r].engine_id), LOST_NAME, why)
     return list(lost)
 
+# %% ../nbs/02c_supervise.ipynb #1550aee5
+@patch
+def end_stuck(self:Supervisor, w:Watch, # the task
+              stuck:list, # its ranks still running `grace` s (or more) after one failed
+              states:dict, # rank -> (state, error) of the task now
+              rs:RankSet, # the ranks as planned when the task was sent
+              now:float, # time.monotonic() of this look
+             ):
+    "End those of `stuck` that cannot finish (waiting in a collective, stopped, not seen); look at the others again later"
+    doing = self.doing(stuck, rs)
+    spare = [r for r in stuck if (doing.get(r) or ('',))[0] == 'runs' and now - w.t_fail < self.timeout]
+    w.t_next = now + self.limits.grace if spare else 0.
+    stuck = [r for r in stuck if r not in spare]
+    if not stuck: return
+    w.desync = self.desync(states)  # which collective they wait in, read before they are ended
+    w.doing.update({r: doing.get(r) for r in stuck}); w.after.update({r: now - w.t_fail for r in stuck})
+    stopped = stopped_ranks(rs, stuck)  # a stopped rank is a cause, not a victim
+    rs.end(stopped, why='was stopped (SIGSTOP or a debugger) while running the cell, and was ended')
+    rs.end([r for r in stuck if r not in stopped],
+           why=f'was still running {now - w.t_fail:.0f}s after another rank failed, and was ended')
+    w.stopped += stopped; w.ended += [r for r in stuck if r not in stopped]
+    deadline = time.monotonic() + 10
+    while any(rs.states(w.ar).get(r, (None,))[0] == RankState.RUNNING for r in stuck) and time.monotonic() < deadline:
+        wait_for(w.ar, 0.05)
+
 # %% ../nbs/02c_supervise.ipynb #0b0c064b
 def issued_counts(rs:RankSet, ranks:list|None=None, # ranks to ask; None: all
                   timeout:float=3, # seconds for the answers
@@ -704,6 +719,7 @@ def failure(self:Supervisor, states:dict, first:list, ended:list, cell:str='the 
             rs:RankSet|None=None, # the ranks as planned when the task was sent (a restart replaces the plan); None: now
             stopped:list=(), # ranks found stopped (SIGSTOP) and ended: the cause, not victims
             doing:dict|None=None, # rank -> what an ended rank was doing (`rank_activity`), read before it was ended
+            after:dict|None=None, # rank -> seconds after the failure an ended rank was ended (None: `grace`)
            ) -> RankFailure:
     "The error for a failed cell: the first failing rank's traceback, a line per other rank, what to do"
     rs, n = rs or self.rs, len(states)
@@ -742,7 +758,7 @@ def failure(self:Supervisor, states:dict, first:list, ended:list, cell:str='the 
     for r in sorted(states):
         if r == origin: continue
         s, e = states[r]
-        if r in ended: others.append((r, self._ended_line((doing or {}).get(r), origin, timed_out)))
+        if r in ended: others.append((r, self._ended_line((doing or {}).get(r), origin, timed_out, (after or {}).get(r))))
         elif r in why: others.append((r, f": {why[r]}: its state is lost."))
         elif s == RankState.DEAD: others.append((r, f" (host {rs.plan[r].host}): {self.death(r, rs.plan[r].pid)}."))
         elif s == RankState.LOST: others.append((r, f" (host {rs.plan[r].host}): stopped answering too."))
@@ -780,23 +796,24 @@ def failure(self:Supervisor, states:dict, first:list, ended:list, cell:str='the 
 def _ended_line(self:Supervisor, act:tuple|None, # what the rank was doing when it was ended (`rank_activity`), if known
                 origin:int, # the rank where the failure started
                 timed_out:bool=False, # the origin's error is its collective's timeout
+                after:float|None=None, # seconds after the failure it was ended (None: `grace`)
                ) -> str:
     "What follows 'rank R' for a rank ended after rank `origin` failed: what it was doing"
     # (a rank still running `grace` s after the failure; what its stack said)
-    g, end = self.limits.grace, ", and was ended: its state is lost."
+    g, end = f"{self.limits.grace if after is None else after:.0f}", ", and was ended: its state is lost."
     if act and act[0] == 'waits':
-        return f": was still running {g:g}s after, waiting {act[2]} (most likely for rank {origin})" + end
+        return f": was still running {g}s after, waiting {act[2]} (most likely for rank {origin})" + end
     if act and act[0] == 'runs':
-        return (f": was still running {g:g}s after, outside any collective ({act[2]})"
+        return (f": was still running {g}s after, outside any collective ({act[2]})"
                 + (f": rank {origin}'s collective timed out waiting for it" if timed_out else '') + end)
-    return (f": was still running {g:g}s after (most likely waiting for rank {origin} in a collective) "
+    return (f": was still running {g}s after (most likely waiting for rank {origin} in a collective) "
             f"and was ended: its state is lost.")
 
 @patch
 def _failure(self:Supervisor, w:Watch) -> RankFailure:
     "The error for a watched task that failed"
     return self.failure(w.states, w.first, w.ended, w.cell, getattr(w, 'desync', None), rs=w.rs, stopped=w.stopped,
-                        doing=getattr(w, 'doing', None))
+                        doing=w.doing, after=w.after)
 
 # %% ../nbs/02c_supervise.ipynb #c3bd903e
 @patch
