@@ -675,7 +675,9 @@ def end_stuck(self:Supervisor, w:Watch, # the task
              ):
     "End those of `stuck` that cannot finish (waiting in a collective, stopped, not seen); look at the others again later"
     doing = self.doing(stuck, rs)
-    spare = [r for r in stuck if (doing.get(r) or ('',))[0] == 'runs' and now - w.t_fail < self.timeout]
+    # (not when a collective timed out: those outside any are the ones it waited for, late by the group's timeout already)
+    waited = any(_collective_timed_out(*states[r]) for r in w.first if r in states)
+    spare = [r for r in stuck if (doing.get(r) or ('',))[0] == 'runs' and now - w.t_fail < self.timeout and not waited]
     w.t_next = now + self.limits.grace if spare else 0.
     stuck = [r for r in stuck if r not in spare]
     if not stuck: return
@@ -753,7 +755,7 @@ def failure(self:Supervisor, states:dict, first:list, ended:list, cell:str='the 
         head = f"{rs.plan[origin].describe()} raised {_one_line(err)}"
         detail = f"--- traceback of rank {origin}, where it started:\n{_traceback(err, cell)}"
     # the group's timeout ended its collective
-    timed_out = state == RankState.ERROR and re.search(r'timed? ?out', _one_line(err), re.I) is not None
+    timed_out = _collective_timed_out(state, err)
     others = []  # (rank, what follows 'rank R')
     for r in sorted(states):
         if r == origin: continue
@@ -791,6 +793,10 @@ def failure(self:Supervisor, states:dict, first:list, ended:list, cell:str='the 
             lines.append(f"The ranks are out of step (collectives issued: {counts}): "
                          f"cl.reform() re-creates the process group.")
     return RankFailure('\n'.join(lines), detail)
+
+def _collective_timed_out(state:str, err) -> bool:
+    "Whether a rank's state and error say that the group's timeout ended its collective"
+    return state == RankState.ERROR and re.search(r'timed? ?out', _one_line(err), re.I) is not None
 
 @patch
 def _ended_line(self:Supervisor, act:tuple|None, # what the rank was doing when it was ended (`rank_activity`), if known

@@ -423,7 +423,6 @@ def test_a_cell_whose_request_or_answer_is_lost_ends_naming_which(k):
     assert err is None and '[rank 0] 5' in out and '[rank 1] 6' in out, out
 
 
-@pytest.mark.slow   # (a clean-clone CI once hung in the next test's cl.restart() after these two; not reproduced alone)
 def test_a_cell_behind_another_clients_request_waits_and_runs(k):
     "Another client of the cluster (a second notebook) holds rank 1 in a 14 s apply: the cell waits behind it, the watchdog says rank 1 has not started it, then it runs; nothing is called lost"
     _, out, err, _ = k.run("import ipyparallel as _ipp, time as _time\n_rc2 = _ipp.Client(cluster_id=cl.cluster_id)\n"
@@ -440,7 +439,6 @@ def test_a_cell_behind_another_clients_request_waits_and_runs(k):
     assert err is None and '[rank 0] 7' in out and '[rank 1] 8' in out, out
 
 
-@pytest.mark.slow   # (a clean-clone CI once hung in the next test's cl.restart() after these two; not reproduced alone)
 def test_a_cell_behind_a_noblock_cell_is_named_not_started(k):
     "A --noblock cell holds rank 1 for 8 s and the next cell waits behind it: the watchdog (hang_after=3) says rank 1 has not started this cell, not that it runs it"
     k.run("cl.hang_after = 3")
