@@ -15,7 +15,7 @@ from .route import Route, RouteSocket
 from . import rank
 from .report import batch_interval
 from .ranks import RankSet, push
-from .engines import (await_registration, connect_existing, controller_down, controller_ip, death_cause,
+from .engines import (await_registration, connect_existing, controller_down, controller_end, controller_ip, death_cause,
                             exit_code, ipp_cluster, remote_count, ssh_hosts, start_more, stop_ipp, wait_for_engines,
                             warm_client, watch_exits)
 from .group import collector_host, form_group, network, plan_group, release, teardown
@@ -187,13 +187,14 @@ def _death(self:DDPCluster, r:int, pid:int|None=None) -> str:
 # %% ../nbs/02g_cluster.ipynb #4be7b1e5
 def outside_message(cluster_id:str, # the cluster's id
                     attached:bool=False, # whether ddp_nb attached to it (then it is attached again, not started)
+                    how:str='', # how its controller ended, where known (`controller_end`)
                    ) -> str:
     "What the notebook says once a cluster was stopped outside it"
     again = ("attach to a running one again with DDPCluster.attach(...)" if attached
              else "run cl.start() (or cl.restart()) to start it again")
     return (f"The cluster {cluster_id} was stopped outside this notebook (its controller is gone: the STOP button of "
             f"ipyparallel's cluster sidebar, `ipcluster stop`, or a kill): {again}; every rank starts fresh, so re-run "
-            "your setup cells.")
+            "your setup cells." + (f" {how}" if how else ''))
 
 # %% ../nbs/02g_cluster.ipynb #32881955
 @patch
@@ -201,7 +202,7 @@ def _controller_gone(self:DDPCluster) -> str|None:
     "The message if the controller of this running cluster is gone, else None (only looks: `Supervisor.outside` acts)"
     rc = self._rc
     gone = rc is not None and controller_down(self._ipp, rc, exits=self._exits)
-    return outside_message(self.cluster_id, self.attached) if gone else None
+    return outside_message(self.cluster_id, self.attached, controller_end(self._ipp)) if gone else None
 
 # %% ../nbs/02g_cluster.ipynb #902637b2
 _forgetting = threading.Lock()

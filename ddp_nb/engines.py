@@ -20,7 +20,7 @@ log = logging.getLogger('ddp_nb.engines')
 # %% auto #0
 __all__ = ['log', 'ENGINE_MAIN', 'remote_count', 'controller_ip', 'ssh_hosts', 'remote_config', 'ipp_cluster',
            'await_registration', 'wait_for_engines', 'start_more', 'connect_existing', 'warm_client', 'stop_ipp',
-           'death_cause', 'watch_exits', 'exit_code', 'unregistered', 'controller_down']
+           'death_cause', 'watch_exits', 'exit_code', 'unregistered', 'controller_down', 'controller_end']
 
 # %% ../nbs/02a_engines.ipynb #c6b42e6d
 def remote_count(engines, # the launcher's name
@@ -404,3 +404,16 @@ def controller_down(cluster, # the ipyparallel Cluster that started the controll
         return not p.is_running() or p.status() == psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess: return True
     except psutil.Error: return False  # there, but not ours to look at
+
+def controller_end(cluster, # the ipyparallel Cluster that started the controller here; None: attached by file
+                  ) -> str: # e.g. 'The controller (pid 123) was killed by SIGKILL (…).'; '' where unknown
+    "How the controller this kernel started ended, in words, once it is gone"
+    p = controller_process(cluster)
+    if p is None: return ''
+    code = (getattr(getattr(cluster, 'controller', None), 'stop_data', None) or {}).get('exit_code')
+    if code is None:
+        # (a forked one's status as its fork server reported it; a child's, unless ipyparallel's thread reaped it)
+        try: code = p.wait(0.2)
+        except (psutil.Error, OSError): return ''
+    return '' if code is None else f"The controller (pid {p.pid}) " + death_cause(code).replace('killed', 'was killed') + '.'
+

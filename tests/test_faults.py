@@ -365,6 +365,7 @@ def test_controller_killed_during_a_cell_is_said_then_restarted(k):
     took = time.monotonic() - killed['t']
     MEASURED['controller killed during a cell: the cell says so (s)'] = round(took, 2)
     assert took < 15 and err and err.startswith('ClusterGone') and 'was stopped outside this notebook' in out, out
+    assert f'The controller (pid {ctl.pid}) exited with status 0.' in out, out  # how it ended (SIGTERM: it ends cleanly)
     assert k.value(f"cluster_procs({cid!r})") == []
     took, out, err, _ = k.run("cl.restart()")
     assert err is None and 'Started again' in out, out
