@@ -42,9 +42,13 @@ def _psutil_alive(pid:int) -> bool:
     except psutil.NoSuchProcess: return False
     except psutil.Error: return True
 
+def _fields(stat:bytes) -> list:
+    "The fields of a /proc/<pid>/stat after the process's name (which may hold ')'): state first, so field 3 is [0]"
+    return stat.rsplit(b')', 1)[1].split()
+
 def _runs(stat:bytes) -> bool:
     "Whether a process whose /proc/<pid>/stat reads `stat` runs: its state is neither zombie nor dead"
-    return stat.rsplit(b')', 1)[1].split()[0] not in (b'Z', b'X')  # (after the name, which may hold ')')
+    return _fields(stat)[0] not in (b'Z', b'X')
 
 def pid_alive(pid:int) -> bool:
     "Whether process `pid` of this host runs: it exists and is not a zombie (another user's counts as running)"
@@ -71,7 +75,7 @@ def start_time(pid:int, # a process of this host
     try:
         with open(f'/proc/{pid}/stat', 'rb') as f: stat = f.read()
     except FileNotFoundError: raise ProcessLookupError(pid) from None
-    return int(stat.rsplit(b')', 1)[1].split()[19]) / os.sysconf('SC_CLK_TCK')  # (field 22, after the name)
+    return int(_fields(stat)[19]) / os.sysconf('SC_CLK_TCK')  # (field 22)
 
 # %% ../nbs/00a_host.ipynb #96233f88
 class Exits:

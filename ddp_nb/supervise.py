@@ -429,7 +429,7 @@ class Supervisor:
                 gone = silent + rs.gone()
                 # the local dead are reported soon; the stuck are ended, and reported dead once their engines are gone
                 stuck = [r for r in running if r not in gone]
-                if stuck: self.end_stuck(w, stuck, states, rs, now)
+                if stuck: self.end_stuck(w, stuck, now)
         # (a rank that runs nothing is not stuck: its part is lost, `_lost`)
         elif (self.limits.hang_after is not None and not w.hung
               and (busy := [r for r in running if r not in w.idle]) and self._hanging(w, busy, states)):
@@ -669,11 +669,10 @@ def _lost(self:Supervisor, w:Watch, running:list, # the ranks whose part has not
 @patch
 def end_stuck(self:Supervisor, w:Watch, # the task
               stuck:list, # its ranks still running `grace` s (or more) after one failed
-              states:dict, # rank -> (state, error) of the task now
-              rs:RankSet, # the ranks as planned when the task was sent
               now:float, # time.monotonic() of this look
              ):
     "End those of `stuck` that cannot finish (waiting in a collective, stopped, not seen); look at the others again later"
+    rs, states = w.rs or self.rs, w.states  # (the ranks as planned when the task was sent; its states at this look)
     doing = self.doing(stuck, rs)
     # (not when a collective timed out: those outside any are the ones it waited for, late by the group's timeout already)
     waited = any(_collective_timed_out(*states[r]) for r in w.first if r in states)
