@@ -236,12 +236,11 @@ ENGINE_IMPORTS = ('IPython.core.completerlib', 'IPython.core.oinspect', 'IPython
                   'encodings.idna', 'tornado.platform.asyncio', 'ddp_nb.rank', 'ddp_nb.report', 'ddp_nb.context',
                   'ddp_nb.collectives', 'ddp_nb.compat_torch')
 
-def _warm_ipp(controller:bool=False, # the controller's app too, to fork the controller before torch
-             ):
-    "What every engine imports of ipyparallel (the first part of the server's imports)"
+def _warm_ipp():
+    "What every engine imports of ipyparallel (the first part of the server's imports; the controller shares them)"
+    # (not the controller's app: a controller forked first imports it itself, beside the server's torch import)
     import ipyparallel.engine.app, ipyparallel.engine.nanny
     engine_without_debugger()  # (an engine's kernel cannot debug: no debugpy stream; its debugger would import pydevd)
-    if controller: import ipyparallel.controller.app
 
 def _warm():
     "What every engine imports besides, once in the server: torch, ddp_nb's rank side"
@@ -396,7 +395,7 @@ def serve(fd:int, # the server's end of the channel (a SOCK_SEQPACKET socket its
     first = os.environ.get(CONTROLLER_FIRST_ENV) == '1'
     kids, pending = set(), []
     try:
-        with imports_frozen(): _warm_ipp(first)
+        with imports_frozen(): _warm_ipp()
         if first: pending = _controller_first(ch, kids)
         if pending is None: return  # (the kernel stopped it first)
         with imports_frozen(): _warm()
@@ -411,7 +410,7 @@ def _controller_first(ch:socket.socket, # the channel to the kernel
                       kids:set, # the server's children: the controller joins them
                       wait:float|None=None, # seconds; None: `CONTROLLER_WAIT`
                      ) -> list|None: # what came after it, for the server to carry out once warm; None: asked to stop
-    "Before torch: fork the controller as soon as the kernel asks, so that its start costs neither a Python nor the CPU"
+    "Before torch: fork the controller as soon as the kernel asks (no Python of its own to start; it imports its app beside)"
     # (the kernel asks for the controller before any engine: an engine's request first means none comes from here)
     deadline = time.monotonic() + (CONTROLLER_WAIT if wait is None else wait)
     while select.select([ch], [], [], max(0., deadline - time.monotonic()))[0]:
