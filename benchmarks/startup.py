@@ -123,8 +123,9 @@ def run(rounds=5, n=2, cells=30):
             f"{rounds} rotating rounds, medians.\n\n"
             + table(['side', 'median', 'ddp_nb / side', 'goal'], rows)
             + "\n\nWhere `DDPCluster(n=2, fork_server=True).start()` spends its time (`cl.start_phases`, medians): the fork server "
-              "is started first, and imports ipyparallel's engine and controller, then torch, once, while the kernel makes "
-              "ipyparallel's Cluster (*set-up*); *controller* waits for the server to fork it, between its two imports; "
+              "is started first, and imports ipyparallel's engine, then torch, once, while the kernel makes "
+              "ipyparallel's Cluster (*set-up*); *controller* waits for the server to fork it, between its two imports, "
+              "and for its start (it imports its own app, beside the server's torch import); "
               "then the kernel imports what its first calls to the engines need (*client imports*); "
               "*engines launched* waits for the server's imports, then its forks; "
               "*registration* is the forked engines' own start until the controller has them (at their first heartbeat); "
