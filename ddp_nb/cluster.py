@@ -145,7 +145,7 @@ def _running_cell(self:DDPCluster, rank:int) -> str|bool|None:
     "The request whose cell `rank` runs, as its report thread last told the collector (`RankSet.queued`)"
     # (True: a cell runs, which one unknown; so too for a rank not heard from for a while: it cannot say)
     rs = self._collector.ranks.get(rank) if self._collector is not None else None
-    if rs is None or rs.silent(time.time()): return True
+    if rs is None or rs.silent(time.monotonic()): return True
     return rs.cell
 
 # %% ../nbs/02g_cluster.ipynb #939b4a3d

@@ -25,6 +25,7 @@ class RankReport:
     "What the reports of one rank told the notebook: identity, liveness, progress, load and flagged values"
     def __init__(self, rank):
         self.rank, self.pid, self.host, self.seen, self.busy, self.load, self.run = rank, None, None, 0., False, {}, 0
+        self.heard = 0.  # time.monotonic() its last batch came: silence is timed by it (`seen`, the clock's, can step)
         self.step, self.latest, self.progress, self.start, self.error, self.stop_eta = None, {}, {}, None, None, None
         self.rate = Tail(64, 'dq')  # (time, step) for steps/s, since the last idle gap
         self.flags = deque(maxlen=20)
@@ -39,10 +40,10 @@ class RankReport:
         # samples reported in the run, and at how many steps: samples/s from their mean, not the last batch's
         self.samples = [0., 0]
 
-    def silent(self, now:float, # `time.time()`
+    def silent(self, now:float, # `time.monotonic()`
               ) -> bool:
         "No batch for 3 s, or 3 of its batch intervals (2,000 ranks send one every 2 s)"
-        return now - self.seen > max(3., 3 * self.every)
+        return now - self.heard > max(3., 3 * self.every)
 
 # %% ../nbs/02f1_collector.ipynb #a2043215
 def _replacement(old:RankReport, # the replaced engine's state
@@ -185,6 +186,7 @@ def _fold(self:Collector, msg:dict, now:float|None=None):
     if rs.pid is not None and msg['pid'] != rs.pid:
         rs = self.ranks[r] = _replacement(rs, self.ranks, until=self.restarts.pop(r, None))
     rs.pid, rs.host, rs.seen, rs.busy = msg['pid'], msg['host'], now or time.time(), msg['busy']
+    rs.heard = time.monotonic()
     # inside a cooperative stop region: how long a stop would take
     rs.stop_eta, rs.every, rs.cell = msg.get('stop_eta'), msg.get('every', 0.1), msg.get('cell')
     rs.ran, rs.serving = msg.get('ran'), msg.get('serving', False)

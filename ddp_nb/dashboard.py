@@ -61,7 +61,7 @@ def theme_css() -> str:
 # %% ../nbs/02f3_dashboard.ipynb #0ea2092e
 def rank_status(s:RankReport|None, # what the reports said, None if the rank never reported
                 task:str|None, # what the cluster knows: 'running', 'idle', 'error', 'dead' or None
-                now:float, # time.time()
+                now:float, # time.monotonic()
                 local_host:str, # this host's identity (`core.host_identity`), to check pids of local ranks
                 stopped:bool=False, # the cluster was stopped (`cl.stop()`)
                 alive:dict|None=None, # pid -> alive, shared by the calls of one frame: each local pid is checked once
@@ -154,7 +154,7 @@ def _statuses(self:Dashboard, snap:Snapshot|None=None) -> dict:
     # the client's state, read from this thread while the kernel changes it: a hint, the reports remain
     except Exception as e:
         tasks = {}; self._once(f"ddp_nb dashboard: the cluster's task status failed: {e!r:.200}", e, logging.DEBUG)
-    now = time.time()
+    now = time.monotonic()
     alive = {}
     return {r: rank_status(ranks.get(r), tasks.get(r), now, self.host, stopped, alive) for r in range(self.world_size)}
 

@@ -651,7 +651,7 @@ def _lost(self:Supervisor, w:Watch, running:list, # the ranks whose part has not
             with col.lock:  # (its thread changes the reports)
                 rep = col.ranks.get(r)
                 if (rep is not None and rep.pid == rs.plan[r].pid  # (idle: no cell, no other request, reporting)
-                        and not (rep.cell or rep.serving or rep.silent(time.time()))):
+                        and not (rep.cell or rep.serving or rep.silent(time.monotonic()))):
                     ran = rep.ran
         if idle_for(w.idle, r, ran, now) >= LOST_AFTER: lost[r] = (f, ran == f.msg_id)
     loop = client_loop(rs.rc)
