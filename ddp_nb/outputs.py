@@ -4,7 +4,7 @@
 
 # %% ../nbs/02k_outputs.ipynb #f49cf72c
 from __future__ import annotations
-import html, itertools, sys, time, uuid
+import html, itertools, secrets, sys, time
 from .compat_ipp import task_events, task_futures, task_output
 
 # %% auto #0
@@ -238,8 +238,8 @@ def _replay(f, v:RankView):
     for o in md['outputs']: v.take('display_data', o)
     if md['execute_result']: v.take('execute_result', md['execute_result'])
 
-_tags = itertools.count()  # a cell's tag: this kernel's prefix, then a count (no system call per cell)
-_TAG = uuid.uuid4().hex[:6]
+# a cell's tag, naming its displays: this kernel's token, made once, then a count (no system call per cell)
+_tags = map(f"{secrets.token_hex(3)}-{{}}".format, itertools.count())
 
 class RankOutput:
     "What every rank of a task shows, labelled by rank: as it arrives from `HOLD` s on, the rest at the end"
@@ -250,7 +250,7 @@ class RankOutput:
                 ):
         if isinstance(ar, dict): kids, self.ars = [(r, task_futures(a)[0][1]) for r, a in ar.items()], list(ar.values())
         else: kids, self.ars = [(ranks[e], f) for e, f in task_futures(ar) if e in ranks], [ar]
-        self.live_after, self.t0, self.screen, tag = live_after, time.monotonic(), Screen(), f"{_TAG}{next(_tags)}"
+        self.live_after, self.t0, self.screen, tag = live_after, time.monotonic(), Screen(), next(_tags)
         self.views = [(f, RankView(r, self.screen, tag)) for r, f in sorted(kids, key=lambda k: k[0])]
 
     def show(self, final:bool=False, # the task is over: wait for its last output, show unfinished lines and results too
