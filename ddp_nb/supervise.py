@@ -18,10 +18,10 @@ from .ranks import RankSet, clean_traceback
 
 # %% auto #0
 __all__ = ['FEW', 'QUICK', 'LOST_AFTER', 'LOST_NAME', 'proc_status', 'where', 'stack_frames', 'group_stacks', 'group_header',
-           'grouped_stacks', 'call_at', 'cell_file_name', 'rank_activity', 'hang_verdict', 'show_stacks', 'say',
-           'RankFailure', 'Interrupted', 'ClusterGone', 'cell_label', 'cell_place', 'wait_for', 'Watch', 'Limits',
-           'Supervisor', 'hang_limit', 'desync_states', 'stopped_ranks', 'report_interval', 'stalled', 'idle_for',
-           'issued_counts', 'rank_lines', 'stop_line', 'interrupted_line']
+           'grouped_stacks', 'call_at', 'cell_file_name', 'rank_activity', 'hang_verdict', 'show_stacks', 'RankFailure',
+           'Interrupted', 'ClusterGone', 'cell_label', 'cell_place', 'wait_for', 'Watch', 'Limits', 'Supervisor',
+           'hang_limit', 'desync_states', 'stopped_ranks', 'report_interval', 'stalled', 'idle_for', 'issued_counts',
+           'rank_lines', 'stop_line', 'interrupted_line']
 
 # %% ../nbs/02c_supervise.ipynb #dd12faf1
 def _short_stack(text:str, # faulthandler output for one process
@@ -239,7 +239,7 @@ def _cap(s:str) -> str:
     "`s` with its first letter upper case (and the rest as it is)"
     return s[:1].upper() + s[1:]
 
-def say(text:str):
+def _say(text:str):
     "Write `text` to stderr in one write, so that a report from another thread is not woven into it"
     # (`print` writes the text and its end apart; the background watcher speaks of --noblock tasks meanwhile)
     sys.stderr.write(text if text.endswith('\n') else text + '\n'); sys.stderr.flush()
@@ -605,7 +605,7 @@ def hang_report(self:Supervisor, running:list, waited:float, finished:list=(),
     outside, waiting, verdict = hang_verdict(started, records, finished, self.source_line, n) if started else ([], [], '')
     gone = [r for r in running if stacks[r].startswith(('stopped', 'dead', 'no answer'))]
     stuck = sorted(set(gone) | set(outside if waiting else ())) or running  # the ranks the others wait for
-    out = io.StringIO()  # (said at once: `say`)
+    out = io.StringIO()  # (said at once: `_say`)
     print(f"[ddp_nb watchdog] no progress for {waited:.0f}s{' in ' + about if about else ''}. "
           f"Stuck: {_ranks_text(self.rs, stuck, n)}.", file=out)
     if behind:
@@ -616,7 +616,7 @@ def hang_report(self:Supervisor, running:list, waited:float, finished:list=(),
     if verdict: print(_cap(verdict), file=out)
     desync = self.desync({**{r: (RankState.RUNNING, None) for r in running},
                           **{r: (RankState.OK, None) for r in finished}})
-    if desync: print(desync[:1].upper() + desync[1:], file=out)
+    if desync: print(_cap(desync), file=out)
     if finished and started:
         print(f"{_cap(name_ranks(finished))} already FINISHED the cell while {name_ranks(running)} "
               f"{agree(running, 'waits', 'wait')}: a collective that {name_ranks(finished)} skipped "
@@ -625,7 +625,7 @@ def hang_report(self:Supervisor, running:list, waited:float, finished:list=(),
     show_stacks(self.rs, stacks, file=out)
     print("Ways out: the stop button or cl.interrupt() (ranks stuck in a collective are ended), cl.restart() to "
           "replace stuck ranks, or wait if this is a slow step (set cl.hang_after to more seconds).", file=out)
-    say(out.getvalue())
+    _say(out.getvalue())
 
 # %% ../nbs/02c_supervise.ipynb #ea7dc603
 LOST_AFTER = 10.0  # seconds a rank says it is idle, its part of a cell unanswered, before that part is lost
@@ -863,7 +863,7 @@ def _notice(self:Supervisor, w:Watch):
     w.failure = f = self._failure(w)
     try: w.ar.failure = f
     except Exception: pass
-    say(f"[ddp_nb] a task started in {w.cell} without waiting for it ({task_name(w.ar)}) failed:\n"
+    _say(f"[ddp_nb] a task started in {w.cell} without waiting for it ({task_name(w.ar)}) failed:\n"
         + (f.detail + '\n' if f.detail else '') + f.summary)
 
 @patch
@@ -871,7 +871,7 @@ def _notice_gone(self:Supervisor, w:Watch):
     "Say once that the tasks nobody waits for cannot finish: the cluster was stopped outside this notebook"
     if getattr(self, '_said_gone', False) or w.blocking: return
     self._said_gone = True
-    say(f"[ddp_nb] a task started in {w.cell} without waiting for it ({task_name(w.ar)}) cannot finish. {w.gone}")
+    _say(f"[ddp_nb] a task started in {w.cell} without waiting for it ({task_name(w.ar)}) cannot finish. {w.gone}")
 
 # %% ../nbs/02c_supervise.ipynb #b7e2d4a1
 @patch
