@@ -11,8 +11,8 @@ from importlib.metadata import version, PackageNotFoundError
 log = logging.getLogger('ddp_nb.compat_ipp')
 
 # %% auto #0
-__all__ = ['log', 'tested_versions', 'min_versions', 'OUTPUT_MSGS', 'PING_AGAIN_S', 'PING_AGAIN_UP_TO', 'CompatError',
-           'installed', 'outside_tested', 'missing', 'check_versions', 'engine_uuids', 'pending_tasks',
+__all__ = ['log', 'tested_versions', 'min_versions', 'OUTPUT_MSGS', 'LAZY_NAMES', 'PING_AGAIN_S', 'PING_AGAIN_UP_TO',
+           'CompatError', 'installed', 'outside_tested', 'missing', 'check_versions', 'engine_uuids', 'pending_tasks',
            'controller_url', 'noninteractive', 'task_futures', 'has_task_futures', 'task_output', 'task_name',
            'supervised_view', 'record_outputs', 'task_events', 'engine_launchers', 'launcher_process',
            'launcher_output', 'stop_sync_thread', 'engine_state_file', 'forget_magics', 'engine_registration_url',
@@ -20,8 +20,8 @@ __all__ = ['log', 'tested_versions', 'min_versions', 'OUTPUT_MSGS', 'PING_AGAIN_
            'publish_idle', 'out_streams', 'running_request', 'kernel_serving', 'client_loop', 'client_context',
            'handle_reply', 'outputs_complete', 'awaits_reply', 'fail_task', 'wrap_view_socket', 'supervised_result',
            'controller_process', 'hub_answers', 'abandon_client', 'ask_to_exit', 'engine_exits', 'replace_nanny_start',
-           'engine_without_debugger', 'remember_answers', 'remember_checks', 'adopt_process', 'register_hearts_at_once',
-           'fast_dates']
+           'engine_without_debugger', 'remember_answers', 'remember_checks', 'lazy_package', 'adopt_process',
+           'register_hearts_at_once', 'fast_dates']
 
 # %% ../nbs/00b_compat_ipp.ipynb #72e936ea
 tested_versions = dict(ipyparallel='9.2', IPython='9.18', ipykernel='7.4')  # major.minor the tests of this module ran against
@@ -574,6 +574,43 @@ def remember_checks(keep:int=64, # cells remembered, the last checked
                              lambda meth, names: ((getattr(meth, '__func__', meth), tuple(names)), ''), keep, most, dict)
     return awaits or takes
 
+
+# %% ../nbs/00b_compat_ipp.ipynb #de11a103
+# names an engine asks the package for before anything else of its `__init__`, and the submodule each comes from
+# (tested with ipyparallel 9.2: the key 'ipyparallel.dependent' of `serialize.canning.can_map`, imported by a first `can`)
+LAZY_NAMES = {'dependent': 'ipyparallel.controller.dependency'}
+
+def lazy_package() -> bool: # False: ipyparallel was imported already (or is not a package here), left as it is
+    "Make `import ipyparallel` skip the package's `__init__` (its client and cluster) until a name it defines is used"
+    import importlib, importlib.util, pkgutil, threading
+    if 'ipyparallel' in sys.modules: return False
+    spec = importlib.util.find_spec('ipyparallel')
+    if spec is None or not spec.submodule_search_locations: return False
+    m = importlib.util.module_from_spec(spec)  # (its __spec__, __path__, __file__ and __loader__, as an import sets them)
+    subs = {name for _, name, _ in pkgutil.iter_modules(spec.submodule_search_locations)}
+    lock, state = threading.RLock(), []  # state: ['running'], then ['running', 'done']
+
+    def complete():
+        with lock:  # (another thread waits here until the names exist; within the `__init__` itself, it returns)
+            if state: return
+            state.append('running')
+            spec.loader.exec_module(m)
+            for k in ('__getattr__', '__dir__'):
+                if m.__dict__.get(k) is hooks[k]: del m.__dict__[k]
+            state.append('done')
+
+    def __getattr__(name):
+        if name in subs: return importlib.import_module(f'ipyparallel.{name}')
+        if name in LAZY_NAMES and not state: return getattr(importlib.import_module(LAZY_NAMES[name]), name)
+        complete()
+        try: return m.__dict__[name]
+        except KeyError: raise AttributeError(f"module 'ipyparallel' has no attribute {name!r}") from None
+
+    def __dir__(): complete(); return list(m.__dict__)
+    hooks = dict(__getattr__=__getattr__, __dir__=__dir__)
+    m.__dict__.update(hooks)
+    sys.modules['ipyparallel'] = m
+    return True
 
 # %% ../nbs/00b_compat_ipp.ipynb #71f41600
 def adopt_process(launcher, # an ipyparallel local process launcher that has not started its process

@@ -279,9 +279,10 @@ def engine_argv(argv:list, # an engine's sys.argv
 
 def engine_main():
     "Run an ipyparallel engine that dies with its owner, importing torch in a background thread meanwhile"
+    from ddp_nb.compat_ipp import engine_without_debugger, lazy_package
+    lazy_package()  # (forked ones have both from their fork server)
     from ipyparallel.engine.app import main as ipp_engine_main
-    from ddp_nb.compat_ipp import engine_without_debugger
-    engine_without_debugger()  # (forked ones have it from their fork server)
+    engine_without_debugger()
     start_owner_watch()
     recorder_env()
     threading.Thread(target=_warm_import, daemon=True, name='ddp_nb-warm-import').start()

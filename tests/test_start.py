@@ -30,6 +30,12 @@ def test_start_in_a_kernel_imports_no_torch_and_says_where_its_time_went(no_left
         after = k.value(logs)
         assert len(after) == 2 and after == before, after
         assert not any('Handling execute_request' in o or 'TORCH_NCCL_TRACE_BUFFER_SIZE' in o for o in after), after
+        # the ranks started without ipyparallel's client and cluster (`compat_ipp.lazy_package`); a cell that uses the
+        # package has all of it
+        _, out, err, _ = k.run("%%px\nimport sys\nprint('client', 'ipyparallel.client.client' in sys.modules)\n"
+                               "import ipyparallel\nfrom ipyparallel import Reference\nprint(ipyparallel.__version__ == "
+                               "__import__('importlib.metadata').metadata.version('ipyparallel'), callable(ipyparallel.bind_kernel))")
+        assert err is None and out.count('client False') == 2 and out.count('True True') == 2, out
     finally:
         k.close()
 
