@@ -100,11 +100,17 @@ class Exits:
             os.close(self.fds.pop(pid))  # (a later look opens afresh: as `pid_alive`, the process that has it then)
             return False
 
+    def forget(self, pids, # processes no longer looked at (a replaced rank's)
+              ):
+        "Close the descriptors held for `pids` (a later look opens afresh)"
+        with self.lock:
+            for pid in pids:
+                fd = self.fds.pop(pid, None)
+                if fd is not None: os.close(fd)
+
     def close(self):
         "Close every descriptor held (it looks afresh after)"
-        with self.lock:
-            for fd in self.fds.values(): os.close(fd)
-            self.fds.clear()
+        self.forget(list(self.fds))
 
 
 # %% ../nbs/00a_host.ipynb #ccceb237

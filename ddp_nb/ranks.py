@@ -109,9 +109,19 @@ class RankSet:
                  cell_of=lambda rank: None,
                  exits:Exits|None=None, # looks at this host's ranks (`host.Exits`: its owner closes it); None: `pid_alive`
                 ):
+        self.exits = exits
         self.rc, self.plan, self.me, self.cell_of = rc, list(plan or []), me or host_identity(), cell_of
         self.alive = pid_alive if exits is None else exits.alive  # (whether a rank's process here runs)
         self.ended = {}  # (engine id, pid) -> why, for every engine ddp_nb ended on purpose (`end`)
+
+    @property
+    def plan(self) -> list: return self._plan
+    @plan.setter
+    def plan(self, new:list):
+        "A new plan (a start, a restart, a resize); the descriptors held for processes it no longer has are closed"
+        # (a replaced rank whose engine the controller dropped first is never looked at again: its descriptor would stay open)
+        if self.exits is not None: self.exits.forget({p.pid for p in getattr(self, '_plan', [])} - {p.pid for p in new})
+        self._plan = new
 
     def __len__(self): return len(self.plan)
     def snapshot(self) -> RankSet:
