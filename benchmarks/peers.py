@@ -5,10 +5,12 @@ Five things a user does, each timed as the user sees it, in a real Jupyter kerne
 gloo: start (until 2 ranks have a formed group and a first all_reduce returned; torch not yet imported in the kernel),
 a warm cell (one all_reduce on every rank), iteration with state (new lr + 10 steps of a small DDP model kept on the
 ranks), replacing a killed rank, a repeated unchanged torchrun script. Every side runs in the same run, in rotating
-rounds (a fresh kernel for each side each round); medians and min-max. Then ddp_nb's warm cell against Monarch's with
-both kernels up at once, in blocks of cells alternated between them (`interleaved`), half of them with ddp_nb's kernel
-started first and half with Monarch's (`both_orders`: which kernel was started first moves the ratio by 5–10% here,
-one way or the other from run to run): the machine's drift within a run (±25% on 2 cores) falls on both, so their ratio is the one to trust.
+rounds (a fresh kernel for each side each round); medians and min-max. The rounds also time one `import torch` in a new
+Python (`FLOOR`): every side's ranks pay one before their group forms, so each start is also said as a multiple of it.
+Then ddp_nb's warm cell against Monarch's with both kernels up at once, in blocks of cells alternated between them
+(`interleaved`), half of them with ddp_nb's kernel started first and half with Monarch's (`both_orders`: which kernel
+was started first moves the ratio by 5–10% here, one way or the other from run to run): the machine's drift within a
+run (±25% on 2 cores) falls on both, so their ratio is the one to trust.
 
 The peers live in their own environment (torch must be the very same version as ddp_nb's): their kernels run on the
 interpreter `BENCH_PEERS_PYTHON` names (default: this one); a peer that does not import there is skipped with one line
@@ -228,6 +230,16 @@ def torchrun_round(py: str, T: dict, scripts: int, path: str):
         T['script'].append(time.perf_counter() - t0)
 
 
+FLOOR = 'import torch'   # the pseudo-side of the start's floor: one `import torch, torch.distributed` in a new Python
+
+
+def floor_round(py: str, T: dict):
+    "One `import torch, torch.distributed` in a new Python on `py`: what every side's start pays at least once"
+    t0 = time.perf_counter()
+    subprocess.run([py, '-c', 'import torch, torch.distributed'], check=True, capture_output=True, timeout=300)
+    T['start'].append(time.perf_counter() - t0)
+
+
 def _fmt(xs: list, unit: str = 's') -> str:
     "median [min–max] (n)"
     if not xs: return ''
@@ -262,10 +274,10 @@ def run(rounds: int = 5, cells: int = 10, iters: int = 3, scripts: int = 3, peer
             notes[name] = f"skipped: torch {theirs.get('torch')} on `{py}`, not {ours.get('torch')} as ddp_nb's"
         elif not _picked(name, sides): notes[name] = "not selected (`--sides`)"
         else: active[name] = (sys.executable if s['py'] == 'ddp_nb' else py)
-    T = {n: {m: [] for m in METRICS + ['kill_after']} for n in list(SIDES) + ['torchrun']}
+    T = {n: {m: [] for m in METRICS + ['kill_after']} for n in list(SIDES) + ['torchrun', FLOOR]}
     d = tempfile.mkdtemp(prefix='ddp_nb-peers-script-')
     path = os.path.join(d, 'train.py'); Path(path).write_text(SCRIPT)
-    order = list(active) + (['torchrun'] if _picked('torchrun', sides) else [])
+    order = list(active) + [n for n in ('torchrun', FLOOR) if _picked(n, sides)]
     pair = None
     try:
         for r in range(rounds):
@@ -274,6 +286,7 @@ def run(rounds: int = 5, cells: int = 10, iters: int = 3, scripts: int = 3, peer
                 t0 = time.perf_counter()
                 try:
                     if name == 'torchrun': torchrun_round(sys.executable, T[name], scripts, path)
+                    elif name == FLOOR: floor_round(sys.executable, T[name])
                     else: side_round(name, SIDES[name], active[name], T[name], cells, iters, scripts, path, r)
                 except Exception as e:
                     notes[name] = f"failed: {type(e).__name__}: {str(e)[:300]}"
@@ -291,6 +304,8 @@ def run(rounds: int = 5, cells: int = 10, iters: int = 3, scripts: int = 3, peer
         if name in notes and not any(t.values()): rows.append([name, notes[name], '', '', '', '']); continue
         if name == 'torchrun':
             rows.append(['`torchrun --standalone --nproc_per_node=2`', 'a launch per script', '', '', '', _fmt(t['script'])]); continue
+        if name == FLOOR:
+            rows.append(["`import torch` in a new Python (a cold start's floor)", _fmt(t['start']), '', '', '', '']); continue
         launch = ' (a launch each)' if s.get('launches') else ''
         it = _fmt(t['iterate'], 'ms') + (' (a launch each: rebuilds the model)' if s.get('launches') and t['iterate'] else '')
         rows.append([name, _fmt(t['start']), _fmt(t['warm'], 'ms') + (launch if t['warm'] else ''), it,
@@ -319,8 +334,22 @@ def run(rounds: int = 5, cells: int = 10, iters: int = 3, scripts: int = 3, peer
             "patterns that match other programs' processes).\n\n"
             f"ddp_nb's kernel: `{sys.executable}` (torch {ours.get('torch')}); the peers' kernels: `{py}` ({vers}).\n\n"
             + table(['side', 'start', 'warm cell', 'iteration with state', 'replace a rank', 'repeated script'], rows)
+            + _floor_line(T)
             + (_pair_line(pair) if pair else '')
             + ('\n\n' + '\n'.join(failed) if failed else ''))
+
+
+def _floor_line(T: dict) -> str:
+    "Each side's start as a multiple of one torch import in the same run (nothing where either was not measured)"
+    if not T[FLOOR]['start']: return ''
+    f = med(T[FLOOR]['start'])
+    starts = [f"{n} {med(T[n]['start']) / f:.2f}×" for n in SIDES if T[n]['start']]
+    return ('' if not starts else
+            f"\n\nStart against its floor: every side's ranks import torch before their group forms (ddp_nb's once, in "
+            f"its fork server, with the cyclic GC off; a standby imported it before the start), so a cold start takes "
+            f"about one `import torch, torch.distributed` in a new Python ({f:.2f} s here) at least. Each side's start "
+            f"as a multiple of it: "
+            + ', '.join(starts) + '.')
 
 
 def _pair_line(Ts: list) -> str:
