@@ -588,20 +588,19 @@ def lazy_package() -> bool: # False: ipyparallel was imported already (or is not
     if spec is None or not spec.submodule_search_locations: return False
     m = importlib.util.module_from_spec(spec)  # (its __spec__, __path__, __file__ and __loader__, as an import sets them)
     subs = {name for _, name, _ in pkgutil.iter_modules(spec.submodule_search_locations)}
-    lock, state = threading.RLock(), []  # state: ['running'], then ['running', 'done']
+    lock, begun = threading.RLock(), []  # begun: [True] once the `__init__` has started
 
     def complete():
         with lock:  # (another thread waits here until the names exist; within the `__init__` itself, it returns)
-            if state: return
-            state.append('running')
+            if begun: return
+            begun.append(True)
             spec.loader.exec_module(m)
             for k in ('__getattr__', '__dir__'):
                 if m.__dict__.get(k) is hooks[k]: del m.__dict__[k]
-            state.append('done')
 
     def __getattr__(name):
         if name in subs: return importlib.import_module(f'ipyparallel.{name}')
-        if name in LAZY_NAMES and not state: return getattr(importlib.import_module(LAZY_NAMES[name]), name)
+        if name in LAZY_NAMES and not begun: return getattr(importlib.import_module(LAZY_NAMES[name]), name)
         complete()
         try: return m.__dict__[name]
         except KeyError: raise AttributeError(f"module 'ipyparallel' has no attribute {name!r}") from None

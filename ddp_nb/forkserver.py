@@ -7,8 +7,8 @@ from __future__ import annotations
 import fcntl, hashlib, json, logging, os, select, signal, socket, subprocess, sys, threading, time, traceback
 import psutil
 from fastcore.basics import patch
-from .processes import CONTROLLER_CMD, ENGINE_CMD, OWNER_ENV, imports_frozen, rank_dir
-from .compat_ipp import adopt_process, engine_without_debugger, lazy_package, replace_nanny_start
+from .processes import CONTROLLER_CMD, ENGINE_CMD, OWNER_ENV, import_engine, imports_frozen, rank_dir
+from .compat_ipp import adopt_process, replace_nanny_start
 from .host import local_cpus
 
 # what is swallowed goes here, at DEBUG: logging.getLogger('ddp_nb').setLevel('DEBUG') shows it
@@ -238,11 +238,9 @@ ENGINE_IMPORTS = ('IPython.core.completerlib', 'IPython.core.oinspect', 'IPython
 
 def _warm_ipp():
     "What every engine imports of ipyparallel (the first part of the server's imports; the controller shares them)"
-    # (not the controller's app: a controller forked first imports it itself, beside the server's torch import; nor
-    # the package's client and cluster: `lazy_package`)
-    lazy_package()
-    import ipyparallel.engine.app, ipyparallel.engine.nanny
-    engine_without_debugger()  # (an engine's kernel cannot debug: no debugpy stream; its debugger would import pydevd)
+    # (not the controller's app: a controller forked first imports it itself, beside the server's torch import)
+    import_engine()
+    import ipyparallel.engine.nanny
 
 def _warm():
     "What every engine imports besides, once in the server: torch, ddp_nb's rank side"

@@ -14,8 +14,8 @@ from .host import pid_alive, start_time
 __all__ = ['OWNER_ENV', 'RANK_FILE', 'ENGINE_LOG_LEVEL', 'ENGINE_CMD', 'CONTROLLER_CMD', 'owner_token', 'owner_alive',
            'wait_for_exit', 'cluster_processes', 'cluster_members', 'cluster_procs', 'kill_procs', 'cluster_files',
            'end_cluster', 'rank_dir', 'private_file', 'write_private', 'rank_files', 'remove_rank_files', 'stale_files',
-           'sweep_stale_files', 'start_owner_watch', 'torch_before', 'recorder_env', 'engine_argv', 'engine_main',
-           'imports_frozen', 'controller_main', 'watch_owner']
+           'sweep_stale_files', 'start_owner_watch', 'torch_before', 'recorder_env', 'engine_argv', 'import_engine',
+           'engine_main', 'imports_frozen', 'controller_main', 'watch_owner']
 
 # %% ../nbs/00d_processes.ipynb #21438bbf
 OWNER_ENV = 'DDP_NB_OWNER'  # 'pid:start time' of the process whose exit ends the cluster; '' for a persistent cluster
@@ -277,12 +277,17 @@ def engine_argv(argv:list, # an engine's sys.argv
     if any(a.split('=', 1)[0] in _LOG_FLAGS for a in argv[1:]): return argv
     return argv + [f'--log-level={ENGINE_LOG_LEVEL}']
 
+def import_engine():
+    "Import ipyparallel's engine as every engine has it: without the package's client and cluster, nor a debugger"
+    from ddp_nb.compat_ipp import engine_without_debugger, lazy_package
+    lazy_package()
+    import ipyparallel.engine.app
+    engine_without_debugger()  # (an engine's kernel cannot debug: no debugpy stream; its debugger would import pydevd)
+
 def engine_main():
     "Run an ipyparallel engine that dies with its owner, importing torch in a background thread meanwhile"
-    from ddp_nb.compat_ipp import engine_without_debugger, lazy_package
-    lazy_package()  # (forked ones have both from their fork server)
+    import_engine()  # (a forked one has it from its fork server)
     from ipyparallel.engine.app import main as ipp_engine_main
-    engine_without_debugger()
     start_owner_watch()
     recorder_env()
     threading.Thread(target=_warm_import, daemon=True, name='ddp_nb-warm-import').start()
